@@ -1,0 +1,55 @@
+"""Typed configuration of one job. Hydra composes `sweeps/` into these dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINES = ("local", "fsdp1", "fsdp2", "yafsdp")
+DTYPES = ("bf16", "fp16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(kw_only=True)
+class EngineConfig:
+    """Which sharding engine wraps the model, and its knobs.
+
+    `name` picks the adapter; `label` is how tables name this variant (for example the
+    tuned FSDP2 is name=fsdp2, label=fsdp2_tuned, async_unshard=true).
+    """
+
+    name: str = "local"
+    label: str = "local"
+    reduce_dtype: str = "fp32"
+    async_unshard: bool = False  # fsdp2 only: asynchronous unshard plus explicit prefetch
+    options: dict[str, Any] = field(default_factory=dict)  # engine-specific extras
+
+
+@dataclass(kw_only=True)
+class ProfileConfig:
+    steps: int = 2  # profiled steps after the timed ones; 0 turns profiling off
+    warmup: int = 1
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    model: str = "llama_tiny"
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    gpus: int = 2  # world size: GPUs, or ranks on CPU
+    seq_len: int = 128
+    ckpt_layers: int = 0  # the first N transformer layers use activation checkpointing
+    micro_batch: int = 1  # sequences per rank per micro-batch
+    grad_accum: int = 1
+    dtype: str = "bf16"  # parameter/compute dtype; master weights and reduction stay fp32
+    warmup_steps: int = 2
+    steps: int = 5
+    seed: int = 0
+    lr: float = 3e-4
+    device: str = "auto"  # auto: cuda when present, else cpu with gloo
+    threads_per_rank: int = 0  # 0: cores / ranks on CPU
+    gpus_per_node: int = 8
+    collective_timeout_s: float = 300.0
+    job_timeout_s: float = 3600.0  # wall-clock limit of the whole job
+    memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    dry_run: bool = False  # validate and print the job, start nothing

@@ -1,0 +1,98 @@
+"""The per-job `result.json`: its schema, atomic writing and careful reading (no torch).
+
+Layout (schema_version 1):
+    schema_version, status (ok|oom|failed|timeout|invalid), error (str|None),
+    config   the resolved JobConfig as a dict (engine is a dict with name and label),
+    env      torch, cuda, nccl, backend, device_name, device_count, world_size, host,
+             git_revision, threads_per_rank,
+    metrics  step_times_s, iteration_time_s (median), iteration_time_p10_s,
+             iteration_time_p90_s, tokens_per_s_per_device, tflops_per_device, mfu,
+             peak_flops_per_device, peak_flops_source, flops_per_token,
+             peak_memory_allocated_bytes, peak_memory_reserved_bytes, peak_rss_bytes,
+             memory_source, memory_breakdown (dict|None), losses (one per step),
+    profile  None, or {traces: [paths relative to the job dir], steps: [...], summary: {...}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+STATUSES = ("ok", "oom", "failed", "timeout", "invalid")
+
+
+class CorruptResultError(ValueError):
+    """A result.json that cannot be trusted (half-written, not JSON, wrong shape)."""
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON so that a reader sees the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2, sort_keys=False, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def make_result(
+    *,
+    status: str,
+    config: dict[str, Any],
+    error: str | None = None,
+    env: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    profile: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    if status not in STATUSES:
+        raise ValueError(f"status={status!r}; expected one of {STATUSES}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": status,
+        "error": error,
+        "config": config,
+        "env": env or {},
+        "metrics": metrics or {},
+        "profile": profile,
+    }
+
+
+def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
+    path = Path(job_dir) / RESULT_FILE
+    write_json_atomic(path, result)
+    return path
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """Read and check a result.json; raise CorruptResultError naming the file if unusable."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptResultError(f"{path}: unreadable result ({e})") from e
+    if not isinstance(data, dict):
+        raise CorruptResultError(f"{path}: result is not a JSON object")
+    missing = [k for k in ("schema_version", "status", "config") if k not in data]
+    if missing:
+        raise CorruptResultError(f"{path}: missing fields {missing}")
+    if data["status"] not in STATUSES:
+        raise CorruptResultError(f"{path}: unknown status {data['status']!r}")
+    return data
+
+
+def finished_ok(job_dir: Path) -> bool:
+    """True when the job directory holds a trustworthy result with status ok."""
+    try:
+        return read_result(Path(job_dir) / RESULT_FILE)["status"] == "ok"
+    except CorruptResultError:
+        return False
