@@ -29,7 +29,8 @@ def run_job(cfg: JobConfig, job_dir: Path) -> dict[str, Any]:
     if finished_ok(job_dir):
         print(f"[harness] {job_dir}: already ok, skipped")
         return read_result(job_dir / RESULT_FILE)
-    errors = validation_errors(cfg, local_devices=_local_gpus(cfg))
+    # Static checks first: they need no torch import, so a typo is refused at once.
+    errors = validation_errors(cfg) or validation_errors(cfg, local_devices=_local_gpus(cfg))
     if errors:
         return _write_failure(cfg, job_dir, "invalid", "; ".join(errors))
     if cfg.dry_run:

@@ -46,7 +46,7 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
             "nccl" if device.type == "cuda" else "gloo",
             timeout=timedelta(seconds=cfg.collective_timeout_s),
         )
-        result = _train(cfg, job_dir, rank, world_size, device, threads)
+        result = train(cfg, job_dir, rank, world_size, device, threads)
         write_rank_outcome(job_dir, rank, error=None)
         return result
     except BaseException as e:
@@ -69,7 +69,7 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _train(
+def train(
     cfg: JobConfig, job_dir: Path, rank: int, world_size: int, device: torch.device, threads: int
 ) -> dict[str, Any] | None:
     shape = get_shape(cfg.model)
