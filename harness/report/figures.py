@@ -25,7 +25,8 @@ MIB = 2**20
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
     """Bars of YaFSDP's speedup over one baseline: x = model size (and gpus, ckpt), bars per
-    sequence length; whiskers = the step-time spread; hatched bars are not significant."""
+    sequence length. Whiskers are ± the spread, so one that crosses 0 is exactly the report's
+    "not significant" (also hatched)."""
     rows = [r for r in rows if r.speedup_pct is not None]
     if not rows:
         return None
@@ -64,7 +65,7 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     ax.set_ylabel("speedup over baseline (%)")
     ax.set_title(
         f"YaFSDP vs {baseline}: (T_fsdp - T_yafsdp) / T_fsdp\n"
-        "whiskers: step-time spread; hatched: not significant",
+        "whiskers: ± step-time spread (crossing 0 = not significant, hatched)",
         fontsize=10,
     )
     ax.legend(title="sequence length", fontsize=8)
@@ -104,7 +105,7 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
         return None
     engines = sorted(data, key=engine_rank)
     width = 0.8 / len(engines)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(points) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(points) + 2), 4.5))
     for i, engine in enumerate(engines):
         xs = [points.index(k) - 0.4 + width * (i + 0.5) for k in data[engine]]
         ax.bar(xs, list(data[engine].values()), width, label=engine)
@@ -112,7 +113,7 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_xticks(range(len(points)))
     ax.set_xticklabels(
         [
-            f"{model_display(k[0])}\n{k[1]} GPUs, seq {k[2]}, ckpt {k[3]}"
+            f"{model_display(k[0])}\n{k[1]} GPUs\nseq {k[2]}, ckpt {k[3]}"
             + (
                 "\n" + " ".join(f"{c}={v}" for c, v in zip(MATCH_COLUMNS[4:], k[4:], strict=True))
                 if several_settings
