@@ -137,7 +137,8 @@ def collect_results(sweep_dir: Path, *, problems: list[str] | None = None) -> pd
     """One row per job found under `sweep_dir`.
 
     A result.json that cannot be read is skipped and described in `problems` (when given)
-    and in `df.attrs["problems"]`; the statuses stay the schema's five.
+    and in `df.attrs["problems"]`, as is a Hydra job directory without one; the statuses
+    stay the schema's five.
     """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -154,6 +155,12 @@ def collect_results(sweep_dir: Path, *, problems: list[str] | None = None) -> pd
             found.append(f"corrupt result file {name}: {reason}")
         except (AttributeError, TypeError) as e:  # valid JSON, wrong shape inside
             found.append(f"corrupt result file {name}: unexpected layout ({e})")
+    for hydra_dir in sorted(sweep_dir.rglob(".hydra")):
+        # Hydra made the job directory, but the job never wrote its result (still running,
+        # or its submitter died): say so rather than letting the job vanish from the tables.
+        if not (hydra_dir.parent / RESULT_FILE).exists():
+            job_dir = hydra_dir.parent.relative_to(sweep_dir).as_posix()
+            found.append(f"no result file in job directory {job_dir} (never finished?)")
     for message in found:
         log.warning("%s: %s", sweep_dir, message)
     df = pd.DataFrame(rows)

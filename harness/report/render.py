@@ -51,6 +51,12 @@ NOISE_LEGEND = (
     "ordinary step-to-step variation could produce the difference. A failed job shows its "
     "status (`OOM`, `failed`, `timeout`, `invalid`); `—` means no such job in the sweep."
 )
+PROFILE_HEADERS = {
+    PROFILE_PREFIX + "overlap_pct": "overlap %",
+    PROFILE_PREFIX + "exposed_comm_s_per_step": "exposed comm / step (s)",
+    PROFILE_PREFIX + "comm_s_per_step": "comm / step (s)",
+    PROFILE_PREFIX + "compute_s_per_step": "compute / step (s)",
+}
 ENV_GROUP = ["torch", "cuda", "nccl", "backend", "device_name", "git_revision"]
 
 
@@ -188,8 +194,8 @@ class _Report:
             )
         if self.problems:
             warnings.append(
-                f"{len(self.problems)} result file(s) could not be read and were skipped "
-                "(see [Problems](#problems))."
+                f"{len(self.problems)} job(s) without a usable result file, left out of "
+                "every table (see [Problems](#problems))."
             )
         if warnings:
             self.add("> [!WARNING]\n" + "\n".join(f"> - {w}" for w in warnings))
@@ -396,16 +402,17 @@ class _Report:
             if all(v is None for v in vals):
                 return None
             pairs = zip(cols, vals, strict=True)
-            return [MISSING if v is None else _fmt_profile(c, v) for c, v in pairs]
+            traces = f"`{row['job_label']}/traces/`" if value(row, "profile_traces") else MISSING
+            return [*(MISSING if v is None else _fmt_profile(c, v) for c, v in pairs), traces]
 
-        names = [c[len(PROFILE_PREFIX) :] for c in cols]
-        header = [
-            {"overlap_pct": "overlap %", "exposed_comm_s_per_step": "exposed comm / step (s)"}.get(
-                n, n
-            )
-            for n in names
-        ]
-        self.add(self._per_engine_table(header, cells) or "No finished job was profiled.")
+        header = [PROFILE_HEADERS.get(c, f"`{c[len(PROFILE_PREFIX) :]}`") for c in cols]
+        self.add(
+            self._per_engine_table([*header, "traces"], cells) or "No finished job was profiled."
+        )
+        self.add(
+            "Traces are the `rank<r>.json.gz` files in the job directory named in the last "
+            "column; open them in Perfetto or chrome://tracing."
+        )
 
     def loss(self) -> None:
         self.add("## Loss parity")

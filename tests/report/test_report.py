@@ -173,9 +173,12 @@ def test_corrupt_result_file_is_reported_and_skipped(sweep: Path, tmp_path: Path
     (sweep / "9").mkdir()
     (sweep / "9" / "result.json").write_text('{"status": "ok", ')
     text = render(sweep, tmp_path)
-    assert "could not be read and were skipped" in text.split("## ")[0]  # in the summary
+    (sweep / "10" / ".hydra").mkdir(parents=True)  # Hydra made it; the job never finished
+    text = render(sweep, tmp_path)
+    assert "2 job(s) without a usable result file" in text.split("## ")[0]  # in the summary
     problems = text.split("## Problems")[1]
     assert "- corrupt result file 9/result.json: unreadable result" in problems
+    assert "- no result file in job directory 10 (never finished?)" in problems
     assert "6 jobs (5 ok, 1 OOM)" in text
 
 
@@ -267,13 +270,40 @@ def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> N
     )
     assert "| yafsdp | 200.0 MiB | — | 900.0 MiB | profiler allocations | (reference) |" in text
     assert "| yafsdp | 128.0 | 0.000128 | 1.23% | 0.2 (measured CPU matmul) |" in text
-    assert "| fsdp2 | 0.0 | 0.01 | 0.02 |" in text
-    assert "| yafsdp | 80.0 | 0.01 | 0.02 |" in text
+    overlap = text.split("## Communication overlap")[1].split("\n## ")[0]
+    assert "| engine | overlap % | exposed comm / step (s) | comm / step (s) | traces |" in overlap
+    assert "| fsdp2 | 0.0 | 0.01 | 0.02 | `1/traces/` |" in overlap
+    assert "| yafsdp | 80.0 | 0.01 | 0.02 | `0/traces/` |" in overlap
     env = text.split("## Environment")[1]
     assert "| 2.13.0+cpu | — | — | gloo | cpu | abc1234 | 2 | node1 | 1 |" in env
     assert "| 2.13.0+cpu | — | — | gloo | cpu | def5678 | 2 | node1 | 1 |" in env
     assert "ran in different environments" in env
     assert "**CPU run.**" in text
+
+
+def test_one_table_per_setting_when_settings_differ(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    for job, (engine, dtype, t) in enumerate(
+        [
+            ("yafsdp", "bf16", 0.9),
+            ("fsdp1", "bf16", 1.0),
+            ("yafsdp", "fp32", 1.5),
+            ("fsdp1", "fp32", 2.0),
+        ]
+    ):
+        write_job(sweep, str(job), engine=engine, dtype=dtype, step_times=[t] * 5)
+    text = render(sweep, tmp_path)
+    section = text.split("### YaFSDP vs FSDP1")[1]
+    assert section.count(HEADER) == 2
+    bf16, fp32 = section.split("Setting: ")[1:3]
+    assert bf16.startswith("micro_batch=1, grad_accum=1, dtype=bf16, seed=0.")
+    assert "| 10.00% (spread 0.00%) | 0.9000 | 1.000 |" in bf16
+    assert "| 25.00% (spread 0.00%) | 1.500 | 2.000 |" in fp32
+    figs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("speedup_*.png"))
+    assert figs == [
+        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_bf16_seed_0.png",
+        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_fp32_seed_0.png",
+    ]
 
 
 def test_combined_sweeps_prefer_ok_runs_and_label_jobs(tmp_path: Path) -> None:
