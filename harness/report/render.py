@@ -31,7 +31,7 @@ from harness.report.compare import (
     speedups,
     value,
 )
-from harness.results import POINT_COLUMNS, PROFILE_PREFIX, SETTING_COLUMNS, collect_results
+from harness.results import POINT_COLUMNS, PROFILE_PREFIX, collect_results
 
 REPORT_FILE = "report.md"
 PUBLISHED_HEADER = [
@@ -514,7 +514,7 @@ class _Report:
                         *point_cells(match_key(r)),
                         r["engine"],
                         STATUS_CELL.get(r["status"], r["status"]),
-                        short_error(r["error"]),
+                        short_error(value(r, "error")),
                     ]
                     for _, r in failed.iterrows()
                 ],
@@ -609,5 +609,3 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
     path.write_text(text)
     return path
 
-
-__all__ = ["build_report", "load_sweeps", "md_table", "PUBLISHED_HEADER", "SETTING_COLUMNS"]

@@ -334,3 +334,19 @@ def test_command_line_refuses_a_missing_sweep(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path / "nope")])
     assert exc.value.code == 2
+
+
+def test_empty_sweep_and_all_failed_sweep_still_render(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    text = build_report([empty], tmp_path / "out1").read_text()
+    assert "0 jobs (none)" in text
+    assert "No FSDP baseline" in text and "Engines found: none." in text
+    failed = tmp_path / "failed"
+    write_job(failed, "0", engine="yafsdp", status="oom", error="over memory_limit_gb=1")
+    write_job(failed, "1", engine="fsdp1", status="invalid", error="ckpt_layers=9 > 4 layers")
+    text = build_report([failed], tmp_path / "out2").read_text()
+    assert table_after(text, "### YaFSDP vs FSDP1")[2:] == [
+        "| llama_tiny | 2 | 128 | 0 | — | OOM | invalid |"
+    ]
+    assert "| invalid | ckpt_layers=9 > 4 layers |" in text
