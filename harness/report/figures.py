@@ -20,8 +20,6 @@ from harness.report.compare import (  # noqa: E402
     value,
 )
 
-MIB = 2**20
-
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
     """Bars of YaFSDP's speedup over one baseline: x = model size (and gpus, ckpt), bars per
@@ -87,7 +85,7 @@ def primary_memory(row: pd.Series) -> tuple[float | None, str]:
 
 
 def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
-    """Peak memory per engine at every grid point (MiB), grouped bars."""
+    """Peak memory per engine at every grid point (MiB, or GiB for GPU-sized peaks)."""
     ok = sort_jobs(df[df["status"] == "ok"])
     points: list[tuple] = []
     data: dict[str, dict[tuple, float]] = {}
@@ -99,16 +97,18 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
         key = match_key(row)
         if key not in points:
             points.append(key)
-        data.setdefault(row["engine"], {})[key] = peak / MIB
+        data.setdefault(row["engine"], {})[key] = peak
         kinds.add(kind)
     if not data:
         return None
     engines = sorted(data, key=engine_rank)
+    largest = max(v for per_point in data.values() for v in per_point.values())
+    unit, scale = ("GiB", 2**30) if largest >= 4 * 2**30 else ("MiB", 2**20)
     width = 0.8 / len(engines)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(points) + 2), 4.5))
     for i, engine in enumerate(engines):
         xs = [points.index(k) - 0.4 + width * (i + 0.5) for k in data[engine]]
-        ax.bar(xs, list(data[engine].values()), width, label=engine)
+        ax.bar(xs, [v / scale for v in data[engine].values()], width, label=engine)
     several_settings = len({k[4:] for k in points}) > 1
     ax.set_xticks(range(len(points)))
     ax.set_xticklabels(
@@ -123,7 +123,7 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
         ],
         fontsize=8,
     )
-    ax.set_ylabel(f"peak memory per rank (MiB, {' / '.join(sorted(kinds))})")
+    ax.set_ylabel(f"peak memory per rank ({unit}, {' / '.join(sorted(kinds))})")
     ax.set_title("Peak memory per engine", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()

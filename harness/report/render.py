@@ -608,4 +608,3 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
     path = out_dir / REPORT_FILE
     path.write_text(text)
     return path
-
