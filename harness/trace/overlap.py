@@ -157,9 +157,9 @@ def step_windows(events: pd.DataFrame, kind: TraceKind | None = None) -> pd.Data
             (marks["pid"].astype(str) == main[0]).to_numpy()
             & (marks["tid"].astype(str) == main[1]).to_numpy()
         ]
-    out = pd.DataFrame(
-        {"step": marks["step"].to_numpy(), "start": marks["ts"].to_numpy()}
-    ).assign(end=(marks["ts"] + marks["dur"]).to_numpy())
+    out = pd.DataFrame({"step": marks["step"].to_numpy(), "start": marks["ts"].to_numpy()}).assign(
+        end=(marks["ts"] + marks["dur"]).to_numpy()
+    )
     return out.sort_values("start").reset_index(drop=True)
 
 
@@ -208,9 +208,7 @@ def exposed_gaps(busy: Busy, windows: pd.DataFrame) -> pd.DataFrame:
     for step, lo, hi in windows[["step", "start", "end"]].itertuples(index=False):
         g = clip(gaps, lo, hi)
         for s, e in zip(g.start, g.end, strict=True):
-            rows.append(
-                {"step": int(step), "offset_s": (s - lo) * _US, "exposed_s": (e - s) * _US}
-            )
+            rows.append({"step": int(step), "offset_s": (s - lo) * _US, "exposed_s": (e - s) * _US})
     out = pd.DataFrame(rows, columns=["step", "offset_s", "exposed_s"])
     return out.sort_values("exposed_s", ascending=False).reset_index(drop=True)
 

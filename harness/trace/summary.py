@@ -54,7 +54,7 @@ def analyse(trace: Trace) -> Analysis:
     busy = busy_intervals(events, labels)
     windows = step_windows(events, kind)
     if windows.empty:
-        raise TraceError(f"{trace.path}: no ProfilerStep#N annotation to split the trace into steps")
+        raise TraceError(f"{trace.path}: no ProfilerStep#N annotation to split the trace by")
     return Analysis(
         trace=trace,
         kind=kind,
