@@ -18,7 +18,9 @@ import pandas as pd
 COMPUTE, COMM, MEMORY, NONE = "compute", "comm", "memory", ""
 TraceKind = Literal["gpu", "cpu"]
 
-_NCCL_KERNEL_RE = r"^nccl.*Kernel"  # ncclKernel_*, ncclDevKernel_*; the pattern HTA uses
+# the patterns HTA uses: ncclKernel_*/ncclDevKernel_*, and copies named as such
+_NCCL_KERNEL_RE = r"^nccl.*Kernel"
+_MEMORY_KERNEL_RE = r"^(Memcpy|Memset|dma)"
 _COLLECTIVE_API_PREFIXES = ("c10d::", "_c10d_functional::", "record_param_comms")
 
 
@@ -48,9 +50,11 @@ def classify(events: pd.DataFrame, kind: TraceKind | None = None) -> np.ndarray:
     if kind == "gpu":
         kernel = cats == "kernel"
         nccl = names.str.match(_NCCL_KERNEL_RE).to_numpy()
-        labels[kernel & ~nccl] = COMPUTE
+        memory = (cats == "gpu_memcpy") | (cats == "gpu_memset")
+        memory |= kernel & names.str.match(_MEMORY_KERNEL_RE).to_numpy()
+        labels[kernel & ~nccl & ~memory] = COMPUTE
         labels[kernel & nccl] = COMM
-        labels[(cats == "gpu_memcpy") | (cats == "gpu_memset")] = MEMORY
+        labels[memory] = MEMORY
         return labels
     main = main_thread(events)
     on_main = np.zeros(len(events), dtype=bool)

@@ -30,6 +30,10 @@ def nccl(step: int, stream: int, start: float, dur: float) -> Kernel:
     return Kernel(step, stream, start, dur, NCCL_KERNEL)
 
 
+def _category(name: str) -> str:
+    return {"Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}.get(name[:6], "kernel")
+
+
 def _events(kernels: Sequence[Kernel], first_correlation: int = 1) -> Iterator[dict[str, Any]]:
     by_step: dict[int, list[Kernel]] = {}
     for k in kernels:
@@ -55,7 +59,7 @@ def _events(kernels: Sequence[Kernel], first_correlation: int = 1) -> Iterator[d
                 "args": {"correlation": corr, "cbid": 211},
             }  # fmt: skip
             yield {
-                "ph": "X", "cat": "kernel", "name": k.name, "pid": DEVICE, "tid": k.stream,
+                "ph": "X", "cat": _category(k.name), "name": k.name, "pid": DEVICE, "tid": k.stream,
                 "ts": k.start, "dur": k.dur,
                 "args": {"device": DEVICE, "stream": k.stream, "correlation": corr,
                          "grid": [1, 1, 1], "block": [128, 1, 1]},
