@@ -15,6 +15,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from harness.trace.parse import where
+
 COMPUTE, COMM, MEMORY, NONE = "compute", "comm", "memory", ""
 TraceKind = Literal["gpu", "cpu"]
 
@@ -33,7 +35,7 @@ def main_thread(events: pd.DataFrame) -> tuple[str, str] | None:
     """(pid, tid) of the thread that runs the training loop: the one with ProfilerStep#N,
     else the CPU thread with the most operator time."""
     cpu = events[events["stream"].to_numpy() < 0]
-    steps = cpu[cpu["name"].astype(str).str.startswith("ProfilerStep")]
+    steps = cpu[where(cpu["name"], lambda s: s.str.startswith("ProfilerStep"))]
     source = steps if not steps.empty else cpu[cpu["cat"] == "cpu_op"]
     if source.empty:
         return None
@@ -45,39 +47,32 @@ def classify(events: pd.DataFrame, kind: TraceKind | None = None) -> np.ndarray:
     """One of COMPUTE, COMM, MEMORY or NONE for every event (an object array)."""
     kind = kind or detect_kind(events)
     labels = np.full(len(events), NONE, dtype=object)
-    names = events["name"].astype(str)
-    cats = events["cat"].astype(str).to_numpy()
+    name, cat = events["name"], events["cat"]
     if kind == "gpu":
-        kernel = cats == "kernel"
-        nccl = names.str.match(_NCCL_KERNEL_RE).to_numpy()
-        memory = (cats == "gpu_memcpy") | (cats == "gpu_memset")
-        memory |= kernel & names.str.match(_MEMORY_KERNEL_RE).to_numpy()
+        kernel = where(cat, lambda s: s == "kernel")
+        nccl = where(name, lambda s: s.str.match(_NCCL_KERNEL_RE))
+        memory = where(cat, lambda s: s.isin(["gpu_memcpy", "gpu_memset"]))
+        memory |= kernel & where(name, lambda s: s.str.match(_MEMORY_KERNEL_RE))
         labels[kernel & ~nccl & ~memory] = COMPUTE
         labels[kernel & nccl] = COMM
         labels[memory] = MEMORY
         return labels
-    main = main_thread(events)
-    on_main = np.zeros(len(events), dtype=bool)
-    if main is not None:
-        on_main = (events["pid"].astype(str).to_numpy() == main[0]) & (
-            events["tid"].astype(str).to_numpy() == main[1]
-        )
-    collective_api = names.str.startswith(_COLLECTIVE_API_PREFIXES).to_numpy()
-    labels[on_main & (cats == "cpu_op") & ~collective_api] = COMPUTE
-    labels[~on_main & names.str.startswith("gloo:").to_numpy()] = COMM
+    on_main = on_thread(events, main_thread(events))
+    cpu_op = where(cat, lambda s: s == "cpu_op")
+    labels[on_main & cpu_op & ~collective_api_mask(events)] = COMPUTE
+    labels[~on_main & where(name, lambda s: s.str.startswith("gloo:"))] = COMM
     return labels
+
+
+def on_thread(events: pd.DataFrame, thread: tuple[str, str] | None) -> np.ndarray:
+    if thread is None:
+        return np.zeros(len(events), dtype=bool)
+    return where(events["pid"], lambda s: s == thread[0]) & where(
+        events["tid"], lambda s: s == thread[1]
+    )
 
 
 def collective_api_mask(events: pd.DataFrame) -> np.ndarray:
     """CPU calls that issue a collective (their children must not count as computation)."""
-    return events["name"].astype(str).str.startswith(_COLLECTIVE_API_PREFIXES).to_numpy() & (
-        events["stream"].to_numpy() < 0
-    )
-
-
-def lanes(events: pd.DataFrame, kind: TraceKind | None = None) -> pd.Series:
-    """A display lane per event: 'stream N' on GPU, the thread id on CPU."""
-    kind = kind or detect_kind(events)
-    if kind == "gpu":
-        return "stream " + events["stream"].astype(str)
-    return "thread " + events["tid"].astype(str)
+    api = where(events["name"], lambda s: s.str.startswith(_COLLECTIVE_API_PREFIXES))
+    return api & (events["stream"].to_numpy() < 0)

@@ -27,7 +27,9 @@ from harness.trace.classify import (
     collective_api_mask,
     detect_kind,
     main_thread,
+    on_thread,
 )
+from harness.trace.parse import where
 
 _US = 1e-6  # trace times are microseconds; results are seconds
 
@@ -100,7 +102,10 @@ def union(*sets: Intervals) -> Intervals:
 
 
 def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
-    start, end = np.maximum(iv.start, lo), np.minimum(iv.end, hi)
+    """The part of merged intervals inside [lo, hi); sorted input lets us slice first."""
+    a = int(np.searchsorted(iv.end, lo, side="right"))
+    b = int(np.searchsorted(iv.start, hi, side="left"))
+    start, end = np.maximum(iv.start[a:b], lo), np.minimum(iv.end[a:b], hi)
     keep = end > start
     return Intervals(start[keep], end[keep])
 
@@ -149,14 +154,10 @@ def step_windows(events: pd.DataFrame, kind: TraceKind | None = None) -> pd.Data
         w["end"] = nxt.fillna(w["last"]).to_numpy()
         w["end"] = np.maximum(w["end"], w["start"])
         return w.reset_index()[["step", "start", "end"]]
-    names = steps["name"].astype(str)
-    marks = steps[names.str.match(r"ProfilerStep\s*#").to_numpy()]
+    marks = steps[where(steps["name"], lambda s: s.str.match(r"ProfilerStep\s*#"))]
     main = main_thread(events)
     if main is not None:
-        marks = marks[
-            (marks["pid"].astype(str) == main[0]).to_numpy()
-            & (marks["tid"].astype(str) == main[1]).to_numpy()
-        ]
+        marks = marks[on_thread(marks, main)]
     out = pd.DataFrame({"step": marks["step"].to_numpy(), "start": marks["ts"].to_numpy()}).assign(
         end=(marks["ts"] + marks["dur"]).to_numpy()
     )
@@ -244,19 +245,17 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     """
     kind = detect_kind(events)
     labels = classify(events, kind)
-    names = events["name"].astype(str).to_numpy()
     ts = events["ts"].to_numpy()
     end = ts + events["dur"].to_numpy()
     main = main_thread(events)
     if main is None:
         return pd.DataFrame(columns=UNIT_COLUMNS)
-    on_main = (events["pid"].astype(str).to_numpy() == main[0]) & (
-        events["tid"].astype(str).to_numpy() == main[1]
-    )
-    parsed = [parse_unit_annotation(n) for n in names[on_main]]
-    ann_idx = np.flatnonzero(on_main)[[p is not None for p in parsed]]
+    on_main = on_thread(events, main)
+    is_unit = where(events["name"], lambda s: s.map(parse_unit_annotation).notna())
+    ann_idx = np.flatnonzero(on_main & is_unit)
     if ann_idx.size == 0:
         return pd.DataFrame(columns=UNIT_COLUMNS)
+    names = events["name"].to_numpy()
     ann_start, ann_end = ts[ann_idx], end[ann_idx]
 
     def innermost(t: float) -> int:

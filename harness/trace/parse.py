@@ -20,7 +20,7 @@ import json
 import re
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -118,24 +118,16 @@ class _Stream:
 
 
 class _Columns:
-    """Compact column builders; strings are interned into category codes."""
+    """Compact column builders; strings (and ids) are interned into category codes."""
 
     def __init__(self) -> None:
-        self.codes: dict[str, dict[str, int]] = {k: {} for k in ("name", "cat", "pid", "tid")}
-        self.ints = {k: array("i") for k in ("name", "cat", "pid", "tid")}
+        self.tables: dict[str, dict[Any, int]] = {k: {} for k in ("name", "cat", "pid", "tid")}
+        self.codes = {k: array("i") for k in self.tables}
         self.ts = array("d")
         self.dur = array("d")
         self.stream = array("q")
         self.correlation = array("q")
         self.thread_names: dict[tuple[str, str], str] = {}
-
-    def _code(self, column: str, value: Any) -> int:
-        table = self.codes[column]
-        key = value if isinstance(value, str) else str(value)
-        code = table.get(key)
-        if code is None:
-            code = table[key] = len(table)
-        return code
 
     def add(self, e: Any) -> None:
         if not isinstance(e, dict):
@@ -148,10 +140,15 @@ class _Columns:
                 return
             args = e.get("args") or {}
             cat = e.get("cat") or ""
-            self.ints["name"].append(self._code("name", e.get("name", "")))
-            self.ints["cat"].append(self._code("cat", cat))
-            self.ints["pid"].append(self._code("pid", e.get("pid", "")))
-            self.ints["tid"].append(self._code("tid", e.get("tid", "")))
+            # this runs once per event of a possibly huge file: plain dict interning, no calls
+            for column, value in (
+                ("name", e.get("name", "")),
+                ("cat", cat),
+                ("pid", e.get("pid", "")),
+                ("tid", e.get("tid", "")),
+            ):
+                table = self.tables[column]
+                self.codes[column].append(table.setdefault(value, len(table)))
             self.ts.append(float(ts))
             self.dur.append(float(dur))
             stream = args.get("stream", -1) if cat in GPU_CATEGORIES else -1
@@ -164,24 +161,35 @@ class _Columns:
                 # torch may name a thread twice; the first name is the specific one
                 self.thread_names.setdefault((str(e.get("pid")), str(e.get("tid"))), name)
 
-    def frame(self) -> pd.DataFrame:
-        def categorical(column: str) -> pd.Categorical:
-            categories = list(self.codes[column])
-            codes = np.frombuffer(self.ints[column], dtype=np.int32)
-            return pd.Categorical.from_codes(codes, categories=categories)
+    def _categorical(self, column: str) -> pd.Categorical:
+        # ids may be ints or strings (pid 0 and "Spans"); the table holds them as strings
+        labels = np.array([str(k) for k in self.tables[column]], dtype=object)
+        categories, remap = np.unique(labels, return_inverse=True)
+        codes = np.frombuffer(self.codes[column], dtype=np.int32)
+        return pd.Categorical.from_codes(remap[codes], categories=categories)
 
+    def frame(self) -> pd.DataFrame:
         return pd.DataFrame(
             {
-                "name": categorical("name"),
-                "cat": categorical("cat"),
-                "pid": categorical("pid"),
-                "tid": categorical("tid"),
+                "name": self._categorical("name"),
+                "cat": self._categorical("cat"),
+                "pid": self._categorical("pid"),
+                "tid": self._categorical("tid"),
                 "ts": np.frombuffer(self.ts, dtype=np.float64),
                 "dur": np.frombuffer(self.dur, dtype=np.float64),
                 "stream": np.frombuffer(self.stream, dtype=np.int64),
                 "correlation": np.frombuffer(self.correlation, dtype=np.int64),
             }
         )
+
+
+def where(column: pd.Series, predicate: Callable[[pd.Series], pd.Series]) -> np.ndarray:
+    """Evaluate a test on a string column once per distinct value (not once per event)."""
+    col = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    values = pd.Series(col.cat.categories.astype(str))
+    hit = np.asarray(predicate(values), dtype=bool)
+    codes = col.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[np.clip(codes, 0, None)], False)
 
 
 def _open_text(path: Path) -> TextIO:
@@ -229,13 +237,14 @@ def _read(path: Path) -> tuple[dict[str, Any], _Columns]:
 def _assign_steps(events: pd.DataFrame) -> np.ndarray:
     """ProfilerStep#N of each event: CPU events by time, GPU events through their launch."""
     step = np.full(len(events), -1, dtype=np.int64)
-    names = events["name"].astype(str)
-    is_step = names.str.match(_STEP_RE.pattern).to_numpy() & (events["stream"].to_numpy() < 0)
+    is_step = where(events["name"], lambda s: s.str.match(_STEP_RE.pattern))
+    is_step &= events["stream"].to_numpy() < 0
     if not is_step.any():
         return step
     starts = events["ts"].to_numpy()[is_step]
     ends = starts + events["dur"].to_numpy()[is_step]
-    numbers = names[is_step].str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy()
+    names = events["name"][is_step].astype(str)
+    numbers = names.str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy()
     order = np.argsort(starts)
     starts, ends, numbers = starts[order], ends[order], numbers[order]
 

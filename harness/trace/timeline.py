@@ -41,7 +41,7 @@ def step_lanes(a: Analysis, step: int) -> tuple[float, float, list[tuple[str, st
     ev = a.trace.events
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
-    lane_key = ev["stream"].to_numpy() if a.kind == "gpu" else ev["tid"].astype(str).to_numpy()
+    lane_key = ev["stream"].to_numpy() if a.kind == "gpu" else ev["tid"].to_numpy().astype(str)
     lanes: list[tuple[str, str, Intervals]] = []
     for cls in (COMPUTE, COMM, MEMORY):
         m = a.labels == cls

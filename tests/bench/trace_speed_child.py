@@ -17,13 +17,14 @@ def _rss_bytes() -> int:
 
 if __name__ == "__main__":
     baseline = _rss_bytes()  # interpreter + numpy + pandas, before any parsing
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     summary = summarize_trace(sys.argv[1])
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     print(
         json.dumps(
             {
                 "seconds": seconds,
+                "cpu_seconds": cpu_seconds,  # steadier than wall time on a shared machine
                 "peak_rss_bytes": _rss_bytes(),
                 "baseline_rss_bytes": baseline,
                 "steps": len(summary["steps"]),

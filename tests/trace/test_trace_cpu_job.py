@@ -42,7 +42,7 @@ def test_profile_field_has_every_rank_and_step(cpu_jobs):
 def test_blocking_collectives_do_not_overlap(cpu_jobs):
     s = summarize_job(cpu_jobs["blocking"])["summary"]
     # the main thread waits while gloo runs; only scheduler noise can overlap
-    assert s["overlap_pct"] < 5.0
+    assert s["overlap_pct"] < 10.0
 
 
 def test_units_are_attributed_from_annotations(cpu_jobs):
