@@ -3,8 +3,11 @@
 GPU traces: every kernel is busy time on its stream; NCCL kernels are communication,
 memcpy/memset are memory copies, every other kernel is computation.
 CPU traces: the operators on the main thread (the one holding ProfilerStep#N) are
-computation, except the calls that merely issue or wait on a collective (c10d::*); the
-`gloo:*` spans on the gloo worker threads are communication.
+computation, except the calls that merely issue or wait on a collective (c10d::*) and the
+autograd wrappers (`autograd::engine::evaluate_function: ...`, `...Backward0` nodes,
+AccumulateGrad): engine hooks run inside those and may block on a collective there, so only
+the operators nested in them count. The `gloo:*` spans on the gloo worker threads are
+communication.
 Every other event (annotations, CUDA runtime calls, flows) is not busy time.
 """
 
@@ -24,6 +27,7 @@ TraceKind = Literal["gpu", "cpu"]
 _NCCL_KERNEL_RE = r"^nccl.*Kernel"
 _MEMORY_KERNEL_RE = r"^(Memcpy|Memset|dma)"
 _COLLECTIVE_API_PREFIXES = ("c10d::", "_c10d_functional::", "record_param_comms")
+_AUTOGRAD_WRAPPER_RE = r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::"
 
 
 def detect_kind(events: pd.DataFrame) -> TraceKind:
@@ -59,7 +63,8 @@ def classify(events: pd.DataFrame, kind: TraceKind | None = None) -> np.ndarray:
         return labels
     on_main = on_thread(events, main_thread(events))
     cpu_op = where(cat, lambda s: s == "cpu_op")
-    labels[on_main & cpu_op & ~collective_api_mask(events)] = COMPUTE
+    wrapper = where(name, lambda s: s.str.contains(_AUTOGRAD_WRAPPER_RE))
+    labels[on_main & cpu_op & ~collective_api_mask(events) & ~wrapper] = COMPUTE
     labels[~on_main & where(name, lambda s: s.str.startswith("gloo:"))] = COMM
     return labels
 

@@ -155,6 +155,26 @@ def test_cpu_classification_main_thread_ops_and_gloo_threads():
     assert r["idle_s"] == pytest.approx(100 - 70 - 15)
 
 
+def test_cpu_autograd_wrappers_count_only_their_operators():
+    """An engine hook that waits for a collective inside a backward node is not computing."""
+    df = table(
+        [
+            ("ProfilerStep#1", "user_annotation", 1, 0, 100),
+            ("autograd::engine::evaluate_function: AddBackward0", "cpu_op", 1, 0, 100),
+            ("AddBackward0", "cpu_op", 1, 1, 98),
+            ("aten::mm", "cpu_op", 1, 10, 10),
+            ("RegisterPostBackwardFunctionBackward", "cpu_op", 1, 25, 70),
+            ("torch::autograd::AccumulateGrad", "cpu_op", 1, 90, 5),
+            ("aten::add_", "cpu_op", 1, 91, 3),
+            ("gloo:all_gather", "user_annotation", 2, 30, 50),
+        ]
+    )
+    assert classify(df).tolist() == [NONE, NONE, NONE, COMPUTE, NONE, NONE, COMPUTE, COMM]
+    r = one_step(df)
+    assert r["compute_s"] == pytest.approx(13)
+    assert r["overlap_s"] == pytest.approx(0) and r["exposed_comm_s"] == pytest.approx(50)
+
+
 def test_memory_kernels_are_neither_compute_nor_comm():
     df = gpu([("m", 9, 0, 10), ("c", 7, 0, 5), ("n", 20, 0, 10)])
     assert classify(df).tolist() == [NONE, MEMORY, COMPUTE, COMM]
