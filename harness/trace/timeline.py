@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from harness.result import CorruptResultError, read_result  # noqa: E402
@@ -113,3 +114,26 @@ def plot_timeline(
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
+    """One picture per grid point of a sweep, its engines side by side, in <sweep>/timelines/.
+
+    `df` is the sweep's results table (harness.results.collect_results); points whose jobs
+    have no traces are left out, and a trace that cannot be drawn is reported, not fatal.
+    """
+    from harness.results import POINT_COLUMNS
+
+    sweep_dir = Path(sweep_dir)
+    out_dir = sweep_dir / "timelines"
+    traced = df[(df["status"] == "ok") & df.get("profile_traces", pd.Series(dtype=object)).notna()]
+    written = []
+    for point, group in traced.groupby(list(POINT_COLUMNS), sort=True):
+        model, gpus, seq_len, ckpt = point[:4]
+        name = f"{model}_g{gpus}_s{seq_len}_c{ckpt}.png"
+        job_dirs = [sweep_dir / d for d in group.sort_values("engine")["job_dir"]]
+        try:
+            written.append(plot_timeline(job_dirs, out_dir / name))
+        except TraceError as e:
+            print(f"[harness] timeline {name} not drawn: {e}")
+    return written
