@@ -122,15 +122,21 @@ class YaFSDP:
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip the sharded gradients by their global L2 norm (one all-reduce); return it."""
-        sq = self.buffers.master_grad.square().sum() + self.buffers.resident_master_grad.square().sum()
+        b = self.buffers
+        # Accumulated in fp64 (no gradient-sized temporary): millions of fp32 squares would
+        # otherwise lose ~1e-5 of the norm to summation order.
+        sq = torch.stack([
+            torch.linalg.vector_norm(g, dtype=torch.float64)
+            for g in (b.master_grad, b.resident_master_grad)
+        ]).square().sum()
         with record_function("yafsdp.all_reduce.clip"):
             collectives.all_reduce_sum(sq, self.group)
         self._log("all_reduce", "clip")
         norm = sq.sqrt()
-        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-        self.buffers.master_grad.mul_(coef)
-        self.buffers.resident_master_grad.mul_(coef)
-        return norm
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0).float()
+        b.master_grad.mul_(coef)
+        b.resident_master_grad.mul_(coef)
+        return norm.float()
 
     def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
         """Bytes this rank holds by class: weights, grads, master, optimizer, staging."""

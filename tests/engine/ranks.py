@@ -42,7 +42,7 @@ def run_ranks(fn: Callable, world_size: int, *args: Any) -> list[Any]:
                 _entry,
                 args=(fn, world_size, _free_port(), out_dir, args),
                 nprocs=world_size,
-                start_method="forkserver",
+                start_method="fork",
             )
         except mp.ProcessRaisedException:
             pass  # the rank's traceback is in its result file
