@@ -19,13 +19,18 @@ from yafsdp_impl import YaFSDP
 MODELS = ("gpt", "llama_tiny")
 LR = 1e-3
 WEIGHT_DECAY = 0.1
+# AdamW's first steps move every weight by ~lr * sign(g). With eps=1e-8, gradient elements
+# that are pure rounding noise (|g| ~ 1e-10, from cancellation) get random-sign lr steps,
+# so two correct implementations that sum in different orders differ by 2 lr there.
+# eps=1e-6 damps those steps to ~1e-4 lr and lets the comparison see the engine itself.
+EPS = 1e-6
 MAX_NORM = 0.5
 STEPS = 3
 DELAY_S = 0.02
 
 
 def optimizer(engine: YaFSDP) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(engine.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    return torch.optim.AdamW(engine.parameters(), lr=LR, weight_decay=WEIGHT_DECAY, eps=EPS)
 
 
 def storages(engine: YaFSDP) -> list[int]:
