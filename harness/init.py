@@ -15,6 +15,17 @@ from torch import nn
 INIT_STD = 0.02
 
 
+# Prefixes that wrappers (activation checkpointing, FSDP1) insert into parameter names.
+WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_fsdp_wrapped_module.", "_orig_mod.")
+
+
+def canonical_name(name: str) -> str:
+    """The parameter's name in the unwrapped model."""
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
 def param_seed(seed: int, name: str) -> int:
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
@@ -25,6 +36,7 @@ def initial_value(
 ) -> torch.Tensor:
     """The fp32 initial value of parameter `name`: norm weights 1, all else N(0, 0.02)."""
     device = torch.device(device)
+    name = canonical_name(name)
     if name.split(".")[-2:-1] and name.split(".")[-2].endswith("norm"):
         return torch.ones(shape, device=device)
     gen = torch.Generator(device=device).manual_seed(param_seed(seed, name))
