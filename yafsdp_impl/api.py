@@ -139,10 +139,11 @@ class YaFSDP:
         return norm.float()
 
     def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
-        """Bytes this rank holds by class: weights, grads, master, optimizer, staging."""
+        """Bytes this rank holds by class: weights, grads, master, staging (and optimizer,
+        when given the optimizer built on `parameters()`)."""
         report = self.buffers.bytes_by_class()
-        report["optimizer"] = 0
         if optimizer is not None:
+            report["optimizer"] = 0
             for p in self.parameters():
                 for v in optimizer.state.get(p, {}).values():
                     if isinstance(v, torch.Tensor):
