@@ -76,7 +76,9 @@ class YaFSDP:
             for i, u in enumerate(self.layout.units)
         ]
         self._grad_views.append(
-            bind_views(self.layout.resident, self.buffers.resident_weight, self.buffers.resident_grad)
+            bind_views(
+                self.layout.resident, self.buffers.resident_weight, self.buffers.resident_grad
+            )
         )
         self._place_frozen_and_buffers()
         self._wrap_checkpointing(units, ckpt_units)
@@ -125,10 +127,16 @@ class YaFSDP:
         b = self.buffers
         # Accumulated in fp64 (no gradient-sized temporary): millions of fp32 squares would
         # otherwise lose ~1e-5 of the norm to summation order.
-        sq = torch.stack([
-            torch.linalg.vector_norm(g, dtype=torch.float64)
-            for g in (b.master_grad, b.resident_master_grad)
-        ]).square().sum()
+        sq = (
+            torch.stack(
+                [
+                    torch.linalg.vector_norm(g, dtype=torch.float64)
+                    for g in (b.master_grad, b.resident_master_grad)
+                ]
+            )
+            .square()
+            .sum()
+        )
         with record_function("yafsdp.all_reduce.clip"):
             collectives.all_reduce_sum(sq, self.group)
         self._log("all_reduce", "clip")
@@ -317,7 +325,7 @@ class YaFSDP:
         return event, result[0], dst, name
 
     def _fold(self, k: int | None) -> None:
-        """Wait for the reduce-scatter on staging k (None: resident) and add it to the master grad."""
+        """Wait for the reduce-scatter on staging k (None: resident); add it to the master grad."""
         pending = self._resident_inflight if k is None else self._inflight[k]
         if pending is None:
             return

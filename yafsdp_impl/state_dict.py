@@ -101,6 +101,9 @@ def full_optim_state_dict(
             for name, t in _gather_named(engine, value, rs[key]).items():
                 out.setdefault(name, {})[key] = t
         else:
-            for s in [*engine.layout.resident.slots, *(x for u in engine.layout.units for x in u.slots)]:
+            for s in [
+                *engine.layout.resident.slots,
+                *(x for u in engine.layout.units for x in u.slots),
+            ]:
                 out.setdefault(s.name, {})[key] = value
     return dict(sorted(out.items()))

@@ -28,7 +28,9 @@ def _entry(rank: int, fn: Callable, world_size: int, port: int, out_dir: str, ar
         result: Any = fn(rank, world_size, *args)
         torch.save({"ok": True, "result": result}, os.path.join(out_dir, f"{rank}.pt"))
     except BaseException:
-        torch.save({"ok": False, "error": traceback.format_exc()}, os.path.join(out_dir, f"{rank}.pt"))
+        torch.save(
+            {"ok": False, "error": traceback.format_exc()}, os.path.join(out_dir, f"{rank}.pt")
+        )
         raise
     finally:
         dist.destroy_process_group()
