@@ -10,7 +10,7 @@ import torch
 from harness.config import EngineConfig, JobConfig, ProfileConfig
 from tests.distributed import run_on_ranks
 
-ENGINES = ("local", "fsdp1", "fsdp2")
+ENGINES = ("local", "fsdp1", "fsdp2", "yafsdp")
 STEPS = 3
 # bf16 parameters round differently depending on how each engine groups its
 # reductions (flat buffer vs per-parameter); over 3 steps the losses stay within 1e-3

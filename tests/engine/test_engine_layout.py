@@ -1,0 +1,105 @@
+"""Layout at cluster scale (fake process group, meta device) and the refusal messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from harness.models.llama import build_model
+from harness.models.shapes import get_shape
+from tests.engine.models import GPT, build, units_of
+from yafsdp_impl import YaFSDP
+
+
+@pytest.fixture
+def fake_world(request):
+    """A fake process group of the requested size in this process (collectives do nothing)."""
+    world_size = getattr(request, "param", 4)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    yield world_size
+    dist.destroy_process_group()  # ranks of other tests fork from this process
+
+
+def _padded(n: int, p: int) -> int:
+    return max(p, -(-n // p) * p)
+
+
+@pytest.mark.parametrize("fake_world", [256], indirect=True)
+def test_llama2_70b_on_256_ranks_bytes_by_class(fake_world: int) -> None:
+    p = fake_world
+    shape = get_shape("llama2_70b")
+    model = build_model(shape, device="meta")
+    engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output], device="meta")
+    assert all(t.is_meta for t in (*engine.buffers.weight, engine.buffers.master))
+
+    # The arithmetic, from the shape alone: norms leave the layers for the resident unit.
+    d, v = shape.dim, shape.vocab_size
+    units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
+    resident = shape.n_layers * 2 * d + d
+    padded = [_padded(n, p) for n in units]
+    big, res = max(padded), _padded(resident, p)
+    shards = sum(padded) // p + res // p
+    bf16, fp32 = 2, 4
+    want = {
+        "weights": (2 * big + res) * bf16,
+        "grads": (2 * big + res) * bf16,
+        "master": shards * fp32 * 2,  # fp32 params and their fp32 grads
+        # fp32 copies of both gradient buffers and the resident one, the reduce-scatter
+        # outputs, and the bf16 copy of the master shards that the gathers read.
+        "staging": (2 * big + res) * fp32
+        + (2 * max(padded) // p + res // p) * fp32
+        + shards * bf16,
+    }
+    got = engine.memory_report()
+    assert got == want
+    assert sum(units) + resident == shape.num_params()
+    gib = {k: round(b / 2**30, 2) for k, b in got.items()}
+    print(f"llama2_70b on {p} ranks, per-rank GiB: {gib}")
+    # About 70e9 / 256 parameters per rank; unsharded weights are two layers' worth.
+    assert got["master"] == pytest.approx(shape.num_params() / p * 8, rel=1e-3)
+    assert got["weights"] < 3 * (shape.layer_params() * bf16)
+
+
+def test_tied_weights_are_refused(fake_world: int) -> None:
+    model = GPT()
+    model.head.weight = model.wte.weight
+    with pytest.raises(ValueError, match="'head.weight' is the same tensor as 'wte.weight'"):
+        YaFSDP(model, units_of(model))
+
+
+def test_overlapping_units_are_refused(fake_world: int) -> None:
+    model = GPT()
+    with pytest.raises(ValueError, match="share the submodule"):
+        YaFSDP(model, [model.wte, model.blocks[0], model.blocks[0].fc, model.head])
+
+
+def test_unit_outside_the_model_is_refused(fake_world: int) -> None:
+    model = GPT()
+    with pytest.raises(ValueError, match="not a submodule"):
+        YaFSDP(model, [model.wte, torch.nn.Linear(2, 2), model.head])
+
+
+def test_checkpointing_a_non_unit_is_refused(fake_world: int) -> None:
+    model = GPT()
+    with pytest.raises(ValueError, match="not a unit"):
+        YaFSDP(model, units_of(model), ckpt_units=[model.ln_f])
+
+
+def test_units_out_of_execution_order_are_refused(fake_world: int) -> None:
+    model = build("gpt")
+    units = units_of(model)
+    engine = YaFSDP(model, [units[-1], *units[1:-1], units[0]], param_dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="must run in the order given"):
+        engine(torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_norms_and_outside_params_are_resident(fake_world: int) -> None:
+    model = build("gpt")
+    engine = YaFSDP(model, units_of(model))
+    resident = [s.name for s in engine.layout.resident.slots]
+    assert "wpe" in resident and "ln_f.weight" in resident and "blocks.0.ln_1.bias" in resident
+    in_units = [s.name for u in engine.layout.units for s in u.slots]
+    assert not any("ln" in n for n in in_units) and "blocks.0.fc.bias" in in_units
+    assert [s.name for s in engine.layout.frozen] == ["logit_scale"]

@@ -1,0 +1,110 @@
+"""Every tensor the engine owns, allocated once: parameters and gradients are views into it.
+
+Unsharded weights: two buffers sized to the largest unit (unit i uses buffer i % 2) and
+one for the resident norm/extra unit. Unsharded gradients: the same shape, in the param
+dtype. Sharded state: one flat fp32 master per group (units, resident) with a
+preallocated fp32 grad, plus its param-dtype copy that feeds the all-gathers. Staging:
+reduce-dtype copies of the gradient buffers that the reduce-scatter reads, so that a
+gradient buffer is free again as soon as it is copied.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from yafsdp_impl.layout import Layout, UnitLayout
+
+
+class Buffers:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        device: torch.device,
+        param_dtype: torch.dtype,
+        reduce_dtype: torch.dtype,
+        native_reduce_scatter: bool,
+    ) -> None:
+        big = layout.max_padded_numel
+        res = layout.resident.padded_numel
+        empty = lambda n, dt: torch.zeros(n, dtype=dt, device=device)  # noqa: E731
+        self.weight = [empty(big, param_dtype) for _ in range(2)]
+        self.grad = [empty(big, param_dtype) for _ in range(2)]
+        self.resident_weight = empty(res, param_dtype)
+        self.resident_grad = empty(res, param_dtype)
+
+        self.master = nn.Parameter(empty(layout.master_numel, torch.float32))
+        self.resident_master = nn.Parameter(empty(layout.resident.shard_numel, torch.float32))
+        self.master_grad = empty(layout.master_numel, torch.float32)
+        self.resident_master_grad = empty(layout.resident.shard_numel, torch.float32)
+        self.attach_master_grads()
+
+        # The all-gather input; with an fp32 param dtype the master itself serves.
+        same = param_dtype == torch.float32
+        self.lowp = self.master.data if same else empty(layout.master_numel, param_dtype)
+        self.resident_lowp = (
+            self.resident_master.data if same else empty(layout.resident.shard_numel, param_dtype)
+        )
+
+        self.staging = [empty(big, reduce_dtype) for _ in range(2)]
+        # The resident unit's gradients accumulate here across micro-batches, reduced once.
+        self.resident_staging = empty(res, reduce_dtype)
+        max_shard = max(u.shard_numel for u in layout.units)
+        self.rs_out = (
+            [empty(max_shard, reduce_dtype) for _ in range(2)] if native_reduce_scatter else None
+        )
+        self.resident_rs_out = (
+            empty(layout.resident.shard_numel, reduce_dtype) if native_reduce_scatter else None
+        )
+
+    def attach_master_grads(self) -> None:
+        """Put the preallocated grads back (an optimizer's zero_grad may have set them to None)."""
+        self.master.grad = self.master_grad
+        self.resident_master.grad = self.resident_master_grad
+
+    def master_shard(self, unit: UnitLayout) -> slice:
+        return slice(unit.master_offset, unit.master_offset + unit.shard_numel)
+
+    def bytes_by_class(self) -> dict[str, int]:
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
+        staging = [*self.staging, self.resident_staging]
+        if self.rs_out is not None:
+            staging += [*self.rs_out, self.resident_rs_out]
+        if self.lowp is not self.master.data:
+            staging += [self.lowp, self.resident_lowp]
+        return {
+            "weights": nbytes([*self.weight, self.resident_weight]),
+            "grads": nbytes([*self.grad, self.resident_grad]),
+            "master": nbytes(
+                [self.master, self.resident_master, self.master_grad, self.resident_master_grad]
+            ),
+            "staging": nbytes(staging),
+        }
+
+
+def bind_views(
+    unit: UnitLayout, weight: torch.Tensor, grad: torch.Tensor
+) -> list[tuple[nn.Parameter, torch.Tensor]]:
+    """Replace the unit's parameters by views into `weight`, with `.grad` views into `grad`.
+
+    Autograd then accumulates each gradient in place into its slice of `grad`.
+    """
+    params = []
+    for s in unit.slots:
+        param = nn.Parameter(_alias(weight, s.offset, s.shape))
+        param.grad = grad[s.offset : s.offset + s.numel].view(s.shape)
+        s.module._parameters[s.attr] = param
+        params.append((param, param.grad))
+    return params
+
+
+def _alias(base: torch.Tensor, offset: int, shape: torch.Size) -> torch.Tensor:
+    """A tensor on `base`'s memory with a version counter of its own.
+
+    A plain view shares the base's counter, so refilling the buffer (which is the point of
+    it) would make autograd reject the weights it saved for backward.
+    """
+    t = torch.empty(0, dtype=base.dtype, device=base.device)
+    t.set_(base.untyped_storage(), base.storage_offset() + offset, shape)
+    return t

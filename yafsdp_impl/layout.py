@@ -1,0 +1,141 @@
+"""Which parameter lives where: units, the resident norm/extra unit, flat ragged shards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+RESIDENT = "norm"
+
+
+def is_norm(module: nn.Module) -> bool:
+    """Norm layers are found by type name: RMSNorm, LayerNorm, GroupNorm, any *Norm* class."""
+    return "Norm" in type(module).__name__
+
+
+@dataclass(slots=True)
+class ParamSlot:
+    """One parameter's place in its unit's flat vector."""
+
+    name: str  # qualified name in the wrapped module
+    module: nn.Module
+    attr: str
+    shape: torch.Size
+    offset: int
+
+    @property
+    def numel(self) -> int:
+        return self.shape.numel()
+
+
+@dataclass(slots=True)
+class UnitLayout:
+    """A unit flattened in module order and zero-padded to a multiple of the world size."""
+
+    index: int  # position in execution order; -1 for the resident unit
+    name: str
+    slots: list[ParamSlot]
+    numel: int
+    padded_numel: int
+    world_size: int
+    master_offset: int = 0  # where this rank's shard starts in its flat master tensor
+
+    @property
+    def shard_numel(self) -> int:
+        return self.padded_numel // self.world_size
+
+    def shard_range(self, rank: int) -> tuple[int, int]:
+        return rank * self.shard_numel, (rank + 1) * self.shard_numel
+
+
+@dataclass(slots=True)
+class Layout:
+    units: list[UnitLayout]
+    resident: UnitLayout
+    frozen: list[ParamSlot] = field(default_factory=list)  # stay replicated, untouched
+
+    @property
+    def max_padded_numel(self) -> int:
+        return max(u.padded_numel for u in self.units)
+
+    @property
+    def master_numel(self) -> int:
+        return sum(u.shard_numel for u in self.units)
+
+
+def _padded(numel: int, world_size: int) -> int:
+    # At least one element per rank keeps every collective non-empty.
+    return max(world_size, -(-numel // world_size) * world_size)
+
+
+def build_layout(root: nn.Module, units: list[nn.Module], world_size: int) -> Layout:
+    """Assign every trainable parameter to a unit or to the resident unit; refuse ties."""
+    unit_of: dict[int, int] = {}
+    for i, unit in enumerate(units):
+        for m in unit.modules():
+            if id(m) in unit_of and unit_of[id(m)] != i:
+                raise ValueError(
+                    f"units {unit_of[id(m)]} and {i} share the submodule {type(m).__name__}; "
+                    "units must be disjoint"
+                )
+            unit_of[id(m)] = i
+    module_ids = {id(m) for m in root.modules()}
+    for i, unit in enumerate(units):
+        if id(unit) not in module_ids:
+            raise ValueError(f"unit {i} ({type(unit).__name__}) is not a submodule of the model")
+
+    slots: list[list[ParamSlot]] = [[] for _ in units]
+    resident: list[ParamSlot] = []
+    frozen: list[ParamSlot] = []
+    first_name: dict[int, str] = {}
+    for mod_name, module in root.named_modules(remove_duplicate=False):
+        for attr, param in module._parameters.items():
+            if param is None:
+                continue
+            name = f"{mod_name}.{attr}" if mod_name else attr
+            if id(param) in first_name:
+                raise ValueError(
+                    f"parameter {name!r} is the same tensor as {first_name[id(param)]!r}: "
+                    "YaFSDP shards each unit on its own and cannot hold one weight in two "
+                    "places; untie the weights before wrapping"
+                )
+            first_name[id(param)] = name
+            if not param.requires_grad:
+                frozen.append(ParamSlot(name, module, attr, param.shape, 0))
+                continue
+            owner = unit_of.get(id(module))
+            target = resident if owner is None or is_norm(module) else slots[owner]
+            offset = sum(s.numel for s in target)
+            target.append(ParamSlot(name, module, attr, param.shape, offset))
+
+    layouts = []
+    master_offset = 0
+    for i, unit_slots in enumerate(slots):
+        numel = sum(s.numel for s in unit_slots)
+        lay = UnitLayout(i, f"unit{i}", unit_slots, numel, _padded(numel, world_size), world_size)
+        lay.master_offset = master_offset
+        master_offset += lay.shard_numel
+        layouts.append(lay)
+    numel = sum(s.numel for s in resident)
+    res = UnitLayout(-1, RESIDENT, resident, numel, _padded(numel, world_size), world_size)
+    return Layout(layouts, res, frozen)
+
+
+@torch.no_grad()
+def copy_into_shard(
+    unit: UnitLayout, rank: int, values: dict[str, torch.Tensor], shard: torch.Tensor
+) -> None:
+    """Write this rank's slice of the unit's flat vector into `shard`, padding as zeros.
+
+    Only the overlap of each parameter with the rank's range is touched, so no full-size
+    flat copy of the unit is ever made; parameters may straddle rank boundaries.
+    """
+    start, end = unit.shard_range(rank)
+    shard.zero_()
+    for s in unit.slots:
+        lo, hi = max(start, s.offset), min(end, s.offset + s.numel)
+        if lo < hi:
+            src = values[s.name].reshape(-1)[lo - s.offset : hi - s.offset]
+            shard[lo - start : hi - start].copy_(src)
