@@ -58,11 +58,13 @@ def rank_file(job_dir: Path, rank: int) -> Path:
 
 
 def classify_exception(exc: BaseException) -> str:
-    """Rank status for an exception: oom, timeout (submitit's wall-clock signal) or failed."""
+    """Rank status for an exception: oom, timeout (a collective's timeout, or submitit's
+    wall-clock signal) or failed."""
     name = type(exc).__name__
-    if isinstance(exc, MemoryError) or name.endswith("OutOfMemoryError"):
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or name.endswith("OutOfMemoryError") or "out of memory" in text:
         return "oom"
-    if name == "UncompletedJobError" and "timed-out" in str(exc):
+    if "timed out" in text or "timed-out" in text or "timeout" in name.lower():
         return "timeout"
     return "failed"
 
