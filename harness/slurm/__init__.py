@@ -24,11 +24,17 @@ def register_plugin() -> None:
     namespace here; with `pip install -e .` setuptools' import hook serves it, which
     Hydra's directory scan cannot see, hence the explicit registration.
     """
-    try:
-        from hydra_plugins.yafsdp_bench_slurm.launcher import SlurmLauncher
-    except ImportError:
-        sys.path.append(str(PLUGIN_ROOT))
-        from hydra_plugins.yafsdp_bench_slurm.launcher import SlurmLauncher
+    ensure_plugin_importable()
     from hydra.core.plugins import Plugins
+    from hydra_plugins.yafsdp_bench_slurm.launcher import SlurmLauncher
 
     Plugins.instance().register(SlurmLauncher)
+
+
+def ensure_plugin_importable() -> None:
+    """Let `hydra_plugins.yafsdp_bench_slurm` import from a source checkout too (also in
+    SLURM tasks, where Hydra's state that mentions the plugin is unpickled)."""
+    try:
+        import hydra_plugins.yafsdp_bench_slurm  # noqa: F401
+    except ImportError:
+        sys.path.append(str(PLUGIN_ROOT))

@@ -13,9 +13,11 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from harness.slurm import ensure_plugin_importable
 from harness.slurm.rank import classify_exception, export_rank_env, rank_file, write_rank_outcome
 
 log = logging.getLogger(__name__)
+ensure_plugin_importable()
 
 
 class RankFailed(RuntimeError):
