@@ -32,6 +32,18 @@ class ProfileConfig:
 
 
 @dataclass(kw_only=True)
+class FaultConfig:
+    """A deliberate failure for testing: kind none|raise|hang|oom on `rank` at `step`."""
+
+    kind: str = "none"
+    rank: int = 0
+    step: int = 1
+
+
+FAULT_KINDS = ("none", "raise", "hang", "oom")
+
+
+@dataclass(kw_only=True)
 class JobConfig:
     model: str = "llama_tiny"
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -48,8 +60,19 @@ class JobConfig:
     device: str = "auto"  # auto: cuda when present, else cpu with gloo
     threads_per_rank: int = 0  # 0: cores / ranks on CPU
     gpus_per_node: int = 8
+    device_memory_gb: float = 0.0  # memory of one device for the fit check; 0: detect locally
     collective_timeout_s: float = 300.0
     job_timeout_s: float = 3600.0  # wall-clock limit of the whole job
     memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
     dry_run: bool = False  # validate and print the job, start nothing
+
+
+def config_from_dict(data: dict[str, Any]) -> JobConfig:
+    """Rebuild a JobConfig from its `asdict` form (as stored in result.json)."""
+    data = dict(data)
+    data["engine"] = EngineConfig(**data.get("engine", {}))
+    data["profile"] = ProfileConfig(**data.get("profile", {}))
+    data["fault"] = FaultConfig(**data.get("fault", {}))
+    return JobConfig(**data)

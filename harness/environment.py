@@ -1,0 +1,63 @@
+"""What a result was measured on: software versions, devices, host and git revision."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def git_revision(repo: Path | None = None) -> str | None:
+    repo = repo or Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{out}-dirty" if dirty else out
+
+
+def cpu_model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"CPU: {platform.machine()}"
+
+
+def describe_environment(*, device: Any, world_size: int, threads_per_rank: int) -> dict[str, Any]:
+    import torch
+
+    on_cuda = device.type == "cuda"
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if on_cuda else None,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_cuda else None,
+        "backend": "nccl" if on_cuda else "gloo",
+        "device_name": torch.cuda.get_device_name(device)
+        if on_cuda
+        else platform.processor() or platform.machine(),
+        "device_type": device.type,
+        "device_count": torch.cuda.device_count() if on_cuda else 1,
+        "world_size": world_size,
+        "threads_per_rank": threads_per_rank,
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "git_revision": git_revision(),
+    }

@@ -1,0 +1,23 @@
+"""Deliberate failures, so tests can prove that a failing job becomes a result row."""
+
+from __future__ import annotations
+
+import time
+
+from harness.config import FaultConfig
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def maybe_inject(fault: FaultConfig, *, rank: int, step: int) -> None:
+    if fault.kind == "none" or rank != fault.rank or step != fault.step:
+        return
+    if fault.kind == "raise":
+        raise InjectedFault(f"injected fault: rank {rank} raised at step {step}")
+    if fault.kind == "hang":
+        while True:  # the collective timeout or the job wall-clock limit must end this
+            time.sleep(1.0)
+    if fault.kind == "oom":
+        raise MemoryError(f"injected fault: rank {rank} ran out of memory at step {step}")

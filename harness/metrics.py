@@ -1,0 +1,69 @@
+"""Plain formulas for the figures in result.json (see README, Definitions)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+# bf16 dense peaks (TFLOP/s) of the devices the published results were taken on.
+DEVICE_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def step_time_summary(step_times_s: list[float]) -> dict[str, float]:
+    return {
+        "iteration_time_s": statistics.median(step_times_s),
+        "iteration_time_p10_s": percentile(step_times_s, 10),
+        "iteration_time_p90_s": percentile(step_times_s, 90),
+    }
+
+
+def throughput(
+    *,
+    iteration_time_s: float,
+    tokens_per_step_per_device: int,
+    flops_per_token: float,
+    peak_flops_per_device: float | None,
+) -> dict[str, float | None]:
+    tokens_per_s = tokens_per_step_per_device / iteration_time_s
+    flops_per_s = tokens_per_s * flops_per_token
+    return {
+        "tokens_per_s_per_device": tokens_per_s,
+        "tflops_per_device": flops_per_s / 1e12,
+        "mfu": flops_per_s / peak_flops_per_device if peak_flops_per_device else None,
+    }
+
+
+def spec_peak_flops(device_name: str) -> float | None:
+    """The bf16 peak of a known GPU by name, else None."""
+    for key, tflops in DEVICE_PEAK_TFLOPS.items():
+        if key in device_name:
+            return tflops * 1e12
+    return None
+
+
+def measure_matmul_peak_flops(
+    dtype_name: str = "bf16", size: int = 1024, repeats: int = 5
+) -> float:
+    """Best observed matmul FLOP/s on this CPU with the current thread count."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    a @ b  # first call pays for kernel selection
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best

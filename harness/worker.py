@@ -1,0 +1,235 @@
+"""One rank of one job: build, wrap, warm up, time, profile, and (rank 0) write result.json."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import asdict
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from harness import metrics
+from harness.config import JobConfig
+from harness.data import token_batch
+from harness.engines import DTYPES, RunContext, get_engine
+from harness.environment import describe_environment
+from harness.faults import maybe_inject
+from harness.memory import check_limit, cpu_peak_allocated, peak_rss_bytes
+from harness.models.llama import build_model
+from harness.models.shapes import get_shape
+from harness.rank_outcome import write_rank_outcome
+from harness.result import make_result, write_result
+
+
+def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
+    """Entry point of every rank (RANK/WORLD_SIZE/MASTER_* already in the environment).
+
+    Returns rank 0's result; other ranks return None. Any failure is recorded in
+    `<job_dir>/ranks/rank<r>.json` before it propagates, so the launcher can decide the
+    job's status from all ranks.
+    """
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    device = _pick_device(cfg, local_rank)
+    threads = cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // local_world)
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            timeout=timedelta(seconds=cfg.collective_timeout_s),
+        )
+        result = train(cfg, job_dir, rank, world_size, device, threads)
+        write_rank_outcome(job_dir, rank, error=None)
+        return result
+    except BaseException as e:
+        write_rank_outcome(job_dir, rank, error=e, trace=traceback.format_exc())
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _pick_device(cfg: JobConfig, local_rank: int) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(
+    cfg: JobConfig, job_dir: Path, rank: int, world_size: int, device: torch.device, threads: int
+) -> dict[str, Any] | None:
+    shape = get_shape(cfg.model)
+    peak_flops, peak_source = _peak_flops(cfg, device)
+    ctx = RunContext(
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        param_dtype=DTYPES[cfg.dtype],
+        reduce_dtype=DTYPES[cfg.engine.reduce_dtype],
+        ckpt_layers=cfg.ckpt_layers,
+        grad_accum=cfg.grad_accum,
+        seed=cfg.seed,
+        cfg=cfg.engine,
+    )
+    losses: list[torch.Tensor] = []
+    state: dict[str, Any] = {}
+
+    def build() -> None:
+        wrapped = get_engine(cfg.engine.name).wrap(build_model(shape, device="meta"), ctx)
+        state["wrapped"] = wrapped
+        state["optimizer"] = torch.optim.AdamW(wrapped.params, lr=cfg.lr, weight_decay=0.0)
+
+    def train_step(step: int) -> None:
+        wrapped, optimizer = state["wrapped"], state["optimizer"]
+        maybe_inject(cfg.fault, rank=rank, step=step)
+        step_loss = torch.zeros((), device=device)
+        for micro in range(cfg.grad_accum):
+            wrapped.before_micro_batch(micro)
+            inputs, targets = token_batch(
+                seed=cfg.seed,
+                step=step,
+                micro=micro,
+                rank=rank,
+                micro_batch=cfg.micro_batch,
+                seq_len=cfg.seq_len,
+                vocab=shape.vocab_size,
+                device=device,
+            )
+            logits = wrapped.module(inputs)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+            (loss * wrapped.loss_scale).backward()
+            step_loss += loss.detach() / cfg.grad_accum
+        wrapped.after_backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        wrapped.after_step()
+        losses.append(step_loss)
+        check_limit(cfg.memory_limit_gb, device)
+
+    # The allocator's peak on CPU is only knowable from the profiler's allocation events,
+    # so the build and the untimed warm-up steps run under memory tracking there.
+    memory_steps = min(cfg.warmup_steps, 2)
+    if device.type == "cpu":
+        _, peak_allocated = cpu_peak_allocated(
+            lambda: [build()] + [train_step(s) for s in range(memory_steps)]
+        )
+    else:
+        build()
+        for s in range(memory_steps):
+            train_step(s)
+        peak_allocated = None
+    for s in range(memory_steps, cfg.warmup_steps):
+        train_step(s)
+
+    step_times: list[float] = []
+    for s in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
+        _synchronize(device)
+        start = time.perf_counter()
+        train_step(s)
+        _synchronize(device)
+        step_times.append(time.perf_counter() - start)
+
+    profile = _capture_profile(cfg, job_dir, rank, world_size, device, train_step)
+
+    # Reduce across ranks once, outside the timed region.
+    slowest = torch.tensor(step_times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    mean_losses = torch.stack(losses).to(torch.float64)
+    dist.all_reduce(mean_losses)
+    mean_losses /= world_size
+    peaks = _peaks(device, peak_allocated)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    if rank != 0:
+        return None
+
+    step_times_s = slowest.tolist()
+    summary = metrics.step_time_summary(step_times_s)
+    tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len
+    flops_per_token = shape.flops_per_token(cfg.seq_len)
+    allocated, reserved, rss = (int(v) if v >= 0 else None for v in peaks.tolist())
+    result_metrics = {
+        "step_times_s": step_times_s,
+        **summary,
+        **metrics.throughput(
+            iteration_time_s=summary["iteration_time_s"],
+            tokens_per_step_per_device=tokens_per_step,
+            flops_per_token=flops_per_token,
+            peak_flops_per_device=peak_flops,
+        ),
+        "flops_per_token": flops_per_token,
+        "peak_flops_per_device": peak_flops,
+        "peak_flops_source": peak_source,
+        "peak_memory_allocated_bytes": allocated,
+        "peak_memory_reserved_bytes": reserved,
+        "peak_rss_bytes": rss,
+        "memory_source": "cuda-allocator" if device.type == "cuda" else "profiler-cpu-allocations",
+        "memory_breakdown": state["wrapped"].memory_breakdown(),
+        "losses": mean_losses.tolist(),
+        "loss_steps": list(range(len(losses))),
+    }
+    env = describe_environment(device=device, world_size=world_size, threads_per_rank=threads)
+    result = make_result(
+        status="ok", config=asdict(cfg), env=env, metrics=result_metrics, profile=profile
+    )
+    write_result(job_dir, result)
+    return result
+
+
+def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str]:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        return metrics.spec_peak_flops(name), f"spec sheet bf16 dense ({name})"
+    return metrics.measure_matmul_peak_flops(cfg.dtype), f"measured {cfg.dtype} matmul on CPU"
+
+
+def _peaks(device: torch.device, cpu_allocated: int | None) -> torch.Tensor:
+    """[allocated, reserved, rss] peaks of this rank; -1 where unknown."""
+    if device.type == "cuda":
+        values = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+    else:
+        values = [cpu_allocated if cpu_allocated is not None else -1, -1]
+    return torch.tensor(values + [peak_rss_bytes()], dtype=torch.float64, device=device)
+
+
+def _capture_profile(cfg, job_dir, rank, world_size, device, train_step) -> dict[str, Any] | None:
+    """A separate profiled pass after the timed steps; its times never feed the metrics."""
+    if cfg.profile.steps <= 0:
+        return None
+    try:
+        from harness.profiling import capture_profile
+    except ImportError:
+        return None
+    next_step = cfg.warmup_steps + cfg.steps
+    counter = iter(range(next_step, next_step + cfg.profile.warmup + cfg.profile.steps))
+    capture_profile(
+        lambda _i: train_step(next(counter)),
+        steps=cfg.profile.steps,
+        warmup=cfg.profile.warmup,
+        out_dir=job_dir,
+        rank=rank,
+        world_size=world_size,
+        use_cuda=device.type == "cuda",
+    )
+    dist.barrier()  # every rank's trace is on disk before rank 0 reads them
+    if rank != 0:
+        return None
+    try:
+        from harness.trace.summary import summarize_job
+
+        return summarize_job(job_dir)
+    except Exception as e:  # the timings stand even if the trace cannot be analysed
+        return {"error": f"trace analysis failed: {e}"}
