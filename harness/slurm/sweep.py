@@ -4,11 +4,12 @@ nodes/tasks, all submitted before waiting; statuses decided from files, never ra
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
-from harness.result import RESULT_FILE, make_result, read_result, write_result
+from harness.result import RESULT_FILE, make_result, read_result, write_json_atomic, write_result
 from harness.result import finished_ok as _finished_ok
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.rank import clear_rank_outcomes
@@ -26,6 +27,7 @@ from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
+SLURM_RECORD = "slurm.json"
 
 
 @dataclass(kw_only=True)
@@ -69,13 +71,29 @@ def _job_value(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=getattr(_DEFAULTS, key))
 
 
-def _job_config_dict(cfg: DictConfig) -> dict[str, Any]:
-    body = {k: v for k, v in cfg.items() if k != "hydra"}
-    body_cfg = OmegaConf.create(body)
+def _task_config(cfg: DictConfig) -> DictConfig:
+    """The job's own config (what the task function gets): the composed one minus `hydra`."""
+    task_cfg = copy.deepcopy(cfg)
+    with open_dict(task_cfg):
+        del task_cfg["hydra"]
+    return task_cfg
+
+
+def _preflight(task_cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
+    """The job's config as result.json records it, and the harness's own refusals.
+
+    A benchmark job (a JobConfig) gets the harness's full pre-flight here, in the
+    submitter, so a config that cannot work never takes an allocation.
+    """
     try:
-        return OmegaConf.to_container(body_cfg, resolve=True)  # type: ignore[return-value]
-    except Exception:  # an interpolation needing the runtime: record it unresolved
-        return OmegaConf.to_container(body_cfg, resolve=False)  # type: ignore[return-value]
+        job_cfg = OmegaConf.to_object(task_cfg)
+    except Exception as e:  # a value of the wrong type: refused like any other bad config
+        return OmegaConf.to_container(task_cfg, resolve=False), [str(e)]  # type: ignore[return-value]
+    if isinstance(job_cfg, JobConfig):
+        from harness.validate import validation_errors
+
+        return asdict(job_cfg), validation_errors(job_cfg, local_devices=None)
+    return OmegaConf.to_container(task_cfg, resolve=True), []  # type: ignore[return-value]
 
 
 def plan_job(
@@ -92,7 +110,8 @@ def plan_job(
         # The SLURM job id is not known yet; a subdir must not depend on it.
         sweep_config.hydra.job.id = f"pending_{idx}"
     job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
-    job = PlannedJob(idx, list(overrides), sweep_config, job_dir, _job_config_dict(sweep_config))
+    job_config, errors = _preflight(_task_config(sweep_config))
+    job = PlannedJob(idx, list(overrides), sweep_config, job_dir, job_config)
     try:
         device = str(_job_value(sweep_config, "device"))
         job.shape = job_shape(
@@ -101,8 +120,10 @@ def plan_job(
             request_gpus=params.request_gpus and device != "cpu",
         )
         time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
-    except ShapeError as e:
-        job.refusal = str(e)
+    except ShapeError as e:  # says more than the harness's own check of the same thing
+        errors = [str(e)] + [err for err in errors if "does not split" not in err]
+    if errors:
+        job.refusal = "; ".join(errors)
     return job
 
 
@@ -139,6 +160,25 @@ def _set_aside_stale_result(job_dir: Path) -> None:
     if path.exists():
         os.replace(path, job_dir / "result.previous.json")
     clear_rank_outcomes(job_dir)
+
+
+def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
+    """`<job_dir>/slurm.json`: which SLURM job ran this, its shape, and where its logs are."""
+    sj, shape = job.submitit_job, job.shape
+    assert shape is not None
+    write_json_atomic(
+        job.job_dir / SLURM_RECORD,
+        {
+            "job_id": str(sj.job_id),
+            "state": state,
+            "nodes": shape.nodes,
+            "tasks_per_node": shape.tasks_per_node,
+            "gpus_per_node": shape.gpus_per_node,
+            "submission_script": str(sj.paths.submission_file),
+            "stdout": str(sj.paths.stdout).replace("%t", "0"),
+            "stderr": str(sj.paths.stderr).replace("%t", "0"),
+        },
+    )
 
 
 def _job_return(job: PlannedJob) -> JobReturn:
@@ -205,6 +245,7 @@ def launch_sweep(
             continue
         shape = job.shape
         assert shape is not None
+        _write_slurm_record(job, state="SUBMITTED")
         log.info(
             f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
             f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"
@@ -265,6 +306,7 @@ def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
         collective_timeout_s=float(_job_value(cfg, "collective_timeout_s")),
         task_errors=task_errors,
     )
+    _write_slurm_record(job, state=slurm_state)
     result, changed = decide(job.job_dir, job.config, end)
     job.result = result
     msg = f"#{job.idx} SLURM job {sj.job_id} ended ({slurm_state}): {result['status']}"
