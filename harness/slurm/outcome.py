@@ -13,17 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.rank_outcome import read_rank_outcomes, root_cause
 from harness.result import RESULT_FILE, CorruptResultError, make_result, read_result, write_result
-from harness.slurm.rank import read_rank_outcomes
 
-# Errors a rank reports because another rank went away first: never the root cause.
-_SECONDARY = (
-    "connection closed by peer",
-    "connection reset by peer",
-    "broken pipe",
-    "socket closed",
-    "nccl communicator was aborted",
-)
+# What submitit raises in rank 0 when SLURM's warning signal comes before the time limit.
+_WALL_CLOCK = "timed-out"
 
 
 @dataclass
@@ -40,16 +34,8 @@ class JobEnd:
 
 
 def _first_line(text: str | None, limit: int = 500) -> str:
-    text = (text or "").strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    # A traceback's last line names the exception; anything else: its first line.
-    line = lines[-1] if lines and lines[0].startswith("Traceback") else (lines[0] if lines else "")
-    return line[:limit]
-
-
-def _is_secondary(error: str | None) -> bool:
-    low = (error or "").lower()
-    return any(s in low for s in _SECONDARY)
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str, Any], bool]:
@@ -63,17 +49,11 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str
         existing = None
         corrupt = None if not (job_dir / RESULT_FILE).exists() else str(e)
 
-    outcomes = read_rank_outcomes(job_dir)
-    failures: dict[int, tuple[str, str]] = {}  # rank -> (status, error)
-    missing: list[int] = []
-    for r in range(end.world_size):
-        o = outcomes.get(r)
-        if o is None:
-            missing.append(r)
-        elif o["status"] != "ok":
-            failures[r] = (o["status"], _first_line(o.get("error")) or "no error text")
+    outcomes = [o for o in read_rank_outcomes(job_dir) if o.get("rank") in range(end.world_size)]
+    failed = [o for o in outcomes if o.get("status") != "ok"]
+    missing = sorted(set(range(end.world_size)) - {o["rank"] for o in outcomes})
 
-    status, error = _verdict(state, end, failures, missing)
+    status, error = _verdict(state, end, failed, missing)
     if status is None:  # every rank ok and SLURM agrees
         if existing is not None:
             return existing, False
@@ -85,8 +65,8 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str
 
     if existing is not None and existing["status"] != "ok":
         # Rank 0's own verdict stands unless SLURM or another rank tells more.
-        root_elsewhere = any(r != 0 and not _is_secondary(e) for r, (_, e) in failures.items())
-        if existing["status"] == status or not (root_elsewhere or status in ("timeout", "oom")):
+        cause_elsewhere = error is not None and not error.startswith("rank 0:")
+        if existing["status"] == status or not (cause_elsewhere or status in ("timeout", "oom")):
             return existing, False
 
     result = dict(existing) if existing is not None else make_result(status="failed", config=config)
@@ -96,7 +76,7 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str
     result["slurm"] = {
         "job_id": end.slurm_job_id,
         "state": end.slurm_state,
-        "rank_failures": {str(r): e for r, (_, e) in sorted(failures.items())},
+        "rank_failures": {str(o["rank"]): o.get("error") for o in failed},
         "ranks_without_outcome": missing,
     }
     write_result(job_dir, result)
@@ -104,29 +84,23 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str
 
 
 def _verdict(
-    state: str, end: JobEnd, failures: dict[int, tuple[str, str]], missing: list[int]
+    state: str, end: JobEnd, failed: list[dict[str, Any]], missing: list[int]
 ) -> tuple[str | None, str | None]:
-    if state == "TIMEOUT":
+    if state == "TIMEOUT" or any(_WALL_CLOCK in (o.get("error") or "") for o in failed):
         return "timeout", (
             f"job exceeded its wall-clock limit job_timeout_s={end.job_timeout_s:g} "
             f"(SLURM --time={end.time_limit_min} min, job {end.slurm_job_id})"
         )
-    if failures:
-        # The root cause: not an echo of another rank's death; the most specific status.
-        severity = {"oom": 0, "failed": 1, "timeout": 2}
-
-        def rank_key(r: int) -> tuple[bool, int, int]:
-            return _is_secondary(failures[r][1]), severity[failures[r][0]], r
-
-        root = min(failures, key=rank_key)
-        status = failures[root][0]
-        err = f"rank {root}: {failures[root][1]}"
+    cause = root_cause(failed)
+    if cause is not None:
+        status, err = cause
+        root = err.split(":", 1)[0]
         if status == "timeout" and missing:
             err = (
                 f"collective timed out (collective_timeout_s={end.collective_timeout_s:g}) "
                 f"waiting for ranks {missing}; {err}"
             )
-        others = sorted(set(failures) - {root})
+        others = sorted(o["rank"] for o in failed if f"rank {o['rank']}" != root)
         if others:
             err += f" (also ended badly: ranks {others})"
         if missing and status != "timeout":

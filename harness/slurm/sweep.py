@@ -22,7 +22,7 @@ from harness.config import JobConfig
 from harness.result import RESULT_FILE, make_result, read_result, write_json_atomic, write_result
 from harness.result import finished_ok as _finished_ok
 from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.rank import clear_rank_outcomes
+from harness.slurm.rank import clear_previous_attempt
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def _set_aside_stale_result(job_dir: Path) -> None:
     path = job_dir / RESULT_FILE
     if path.exists():
         os.replace(path, job_dir / "result.previous.json")
-    clear_rank_outcomes(job_dir)
+    clear_previous_attempt(job_dir)
 
 
 def _write_slurm_record(job: PlannedJob, *, state: str) -> None:

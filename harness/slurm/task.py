@@ -13,8 +13,9 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from harness.rank_outcome import write_rank_outcome
 from harness.slurm import ensure_plugin_importable
-from harness.slurm.rank import classify_exception, export_rank_env, rank_file, write_rank_outcome
+from harness.slurm.rank import export_rank_env, rank_file
 
 log = logging.getLogger(__name__)
 ensure_plugin_importable()
@@ -71,32 +72,24 @@ class SlurmRankTask:
                 job_subdir_key="hydra.sweep.subdir",
             )
         except BaseException as e:  # failures outside the task function (Hydra itself)
-            _record(job_path, rank, classify_exception(e), _describe(e), _trace(e))
+            _record(job_path, rank, e)
             raise
-        if ret.status != JobStatus.COMPLETED:
-            exc = ret._return_value
-            _record(job_path, rank, classify_exception(exc), _describe(exc), _trace(exc))
-            raise RankFailed(f"rank {rank}: {_describe(exc)}") from exc
-        value = ret._return_value
-        # A task function may also hand back a result dict with a non-ok status.
-        status = value.get("status", "ok") if isinstance(value, dict) else "ok"
-        if status == "ok":
-            _record(job_path, rank, "ok")
+        if ret.status == JobStatus.COMPLETED:
+            _record(job_path, rank, None)
             return ret
-        error = str(value.get("error") or f"job status {status}")
-        _record(job_path, rank, status if status in ("oom", "timeout") else "failed", error)
-        raise RankFailed(f"rank {rank}: {error}")
+        exc = ret._return_value
+        _record(job_path, rank, exc)
+        raise RankFailed(f"rank {rank}: {type(exc).__name__}: {exc}") from exc
 
 
-def _record(
-    job_dir: Path, rank: int, status: str, error: str | None = None, trace: str = ""
-) -> None:
-    """Leave the rank's outcome unless the harness's worker already wrote a more precise one
-    during this attempt (the submitter cleared old ones before submission)."""
+def _record(job_dir: Path, rank: int, error: BaseException | None) -> None:
+    """Leave the rank's outcome unless the worker already wrote one during this attempt
+    (the submitter cleared older ones), keeping the worker's failure over a later ok."""
     path = rank_file(job_dir, rank)
-    if path.exists() and (status == "ok" or _recorded_failure(path)):
+    if path.exists() and (error is None or _recorded_failure(path)):
         return
-    write_rank_outcome(job_dir, rank, status, error, traceback=trace)
+    trace = "".join(traceback.format_exception(error)) if error is not None else ""
+    write_rank_outcome(job_dir, rank, error=error, trace=trace)
 
 
 def _recorded_failure(path: Path) -> bool:
@@ -104,11 +97,3 @@ def _recorded_failure(path: Path) -> bool:
         return json.loads(path.read_text()).get("status") != "ok"
     except (OSError, ValueError):
         return False
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _trace(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc))

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from harness.rank_outcome import write_rank_outcome
 from harness.result import make_result, read_result, write_result
 from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.rank import (
-    INHERITED_DIST_VARS,
-    classify_exception,
-    export_rank_env,
-    read_rank_outcomes,
-    write_rank_outcome,
-)
+from harness.slurm.rank import INHERITED_DIST_VARS, export_rank_env
 from harness.slurm.resources import ShapeError, job_shape, time_limit_min
 
 
@@ -85,13 +79,6 @@ def test_rank_env_ignores_inherited_distributed_variables(monkeypatch):
     assert "TORCHELASTIC_RUN_ID" not in os.environ
 
 
-def test_classify_exception():
-    assert classify_exception(MemoryError("cap")) == "oom"
-    assert classify_exception(RuntimeError("CUDA out of memory. Tried to allocate")) == "oom"
-    assert classify_exception(RuntimeError("Timed out waiting 5000ms for recv")) == "timeout"
-    assert classify_exception(ValueError("bad")) == "failed"
-
-
 # --- deciding a job's status from its ranks -------------------------------------------
 
 
@@ -110,6 +97,14 @@ def _end(state: str = "COMPLETED", world: int = 2, **kw) -> JobEnd:
 CFG = {"model": "llama_tiny", "gpus": 2}
 
 
+def _ok(job_dir: Path, rank: int) -> None:
+    write_rank_outcome(job_dir, rank, error=None)
+
+
+def fail(job_dir: Path, rank: int, error: BaseException) -> None:
+    write_rank_outcome(job_dir, rank, error=error)
+
+
 def _ok_result(job_dir: Path) -> dict:
     result = make_result(status="ok", config=CFG, metrics={"iteration_time_s": 1.0})
     write_result(job_dir, result)
@@ -119,15 +114,15 @@ def _ok_result(job_dir: Path) -> dict:
 def test_all_ranks_ok_keeps_rank0_result(tmp_path: Path):
     ok = _ok_result(tmp_path)
     for r in range(2):
-        write_rank_outcome(tmp_path, r, "ok")
+        _ok(tmp_path, r)
     result, changed = decide(tmp_path, CFG, _end())
     assert not changed and result == ok
 
 
 def test_rank_failing_after_last_collective_turns_ok_into_failed(tmp_path: Path):
     _ok_result(tmp_path)
-    write_rank_outcome(tmp_path, 0, "ok")
-    write_rank_outcome(tmp_path, 1, "failed", "RuntimeError: boom in teardown")
+    _ok(tmp_path, 0)
+    fail(tmp_path, 1, RuntimeError("boom in teardown"))
     result, changed = decide(tmp_path, CFG, _end("FAILED"))
     assert changed
     assert result["status"] == "failed"
@@ -137,30 +132,30 @@ def test_rank_failing_after_last_collective_turns_ok_into_failed(tmp_path: Path)
 
 
 def test_root_cause_beats_the_peers_echo(tmp_path: Path):
-    write_rank_outcome(tmp_path, 0, "failed", "RuntimeError: Connection closed by peer")
-    write_rank_outcome(tmp_path, 1, "failed", "InjectedFault: rank 1 raised at step 1")
+    fail(tmp_path, 0, RuntimeError("[pair.cc:537] Connection closed by peer"))
+    fail(tmp_path, 1, ValueError("rank 1 raised at step 1"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
     assert result["status"] == "failed"
-    assert result["error"].startswith("rank 1: InjectedFault")
+    assert result["error"].startswith("rank 1: ValueError: rank 1 raised")
     assert "ranks [0]" in result["error"]
 
 
 def test_oom_on_any_rank_is_the_status(tmp_path: Path):
-    write_rank_outcome(tmp_path, 0, "failed", "RuntimeError: Connection reset by peer")
-    write_rank_outcome(tmp_path, 1, "oom", "MemoryError: over memory_limit_gb")
+    fail(tmp_path, 0, RuntimeError("Connection reset by peer"))
+    fail(tmp_path, 1, MemoryError("over memory_limit_gb"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
     assert result["status"] == "oom" and "rank 1" in result["error"]
 
 
 def test_hung_rank_reads_as_collective_timeout(tmp_path: Path):
-    write_rank_outcome(tmp_path, 0, "timeout", "RuntimeError: Timed out waiting 5000ms")
+    fail(tmp_path, 0, RuntimeError("Timed out waiting 5000ms for recv"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))  # rank 1 was killed: no outcome
     assert result["status"] == "timeout"
     assert "collective_timeout_s=5" in result["error"] and "[1]" in result["error"]
 
 
 def test_slurm_time_limit_is_a_timeout(tmp_path: Path):
-    write_rank_outcome(tmp_path, 0, "ok")
+    _ok(tmp_path, 0)
     result, _ = decide(tmp_path, CFG, _end("TIMEOUT"))
     assert result["status"] == "timeout"
     assert "job_timeout_s=90" in result["error"] and "--time=2" in result["error"]
@@ -176,7 +171,7 @@ def test_ranks_that_never_ran(tmp_path: Path):
 
 def test_all_ok_but_no_result_file(tmp_path: Path):
     for r in range(2):
-        write_rank_outcome(tmp_path, r, "ok")
+        _ok(tmp_path, r)
     result, changed = decide(tmp_path, CFG, _end())
     assert changed and result["status"] == "failed"
     assert "without writing result.json" in result["error"]
@@ -186,15 +181,23 @@ def test_rank0_own_verdict_stands_when_nobody_knows_better(tmp_path: Path):
     invalid = make_result(status="invalid", config=CFG, error="ckpt_layers=9 > 4 layers")
     write_result(tmp_path, invalid)
     for r in range(2):
-        write_rank_outcome(tmp_path, r, "ok")
+        _ok(tmp_path, r)
     result, changed = decide(tmp_path, CFG, _end())
     assert not changed and result == invalid
 
 
-def test_unreadable_rank_file_counts_as_failed(tmp_path: Path):
+def test_unreadable_rank_file_counts_as_no_outcome(tmp_path: Path):
     (tmp_path / "ranks").mkdir()
-    (tmp_path / "ranks" / "rank0.json").write_text('{"rank": 0, "sta')
-    write_rank_outcome(tmp_path, 1, "ok")
-    outcomes = read_rank_outcomes(tmp_path)
-    assert outcomes[0]["status"] == "failed" and "unreadable" in outcomes[0]["error"]
-    assert json.loads((tmp_path / "ranks" / "rank1.json").read_text())["status"] == "ok"
+    (tmp_path / "ranks" / "rank0.json").write_text('{"rank": 0, "sta')  # half-written
+    _ok(tmp_path, 1)
+    _ok_result(tmp_path)
+    result, _ = decide(tmp_path, CFG, _end("FAILED"))
+    assert result["status"] == "failed"
+    assert "ranks [0] ended without an outcome" in result["error"]
+
+
+def test_wall_clock_signal_in_rank0_is_a_timeout(tmp_path: Path):
+    # submitit's answer to SLURM's warning signal, raised inside rank 0's training loop
+    fail(tmp_path, 0, RuntimeError("Job not requeued because: timed-out and not checkpointable."))
+    result, _ = decide(tmp_path, CFG, _end("FAILED"))
+    assert result["status"] == "timeout" and "job_timeout_s=90" in result["error"]
