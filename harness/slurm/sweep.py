@@ -51,7 +51,7 @@ class LauncherParams:
     setup: list[str] = field(default_factory=list)
     srun_args: list[str] = field(default_factory=list)
     poll_interval_s: float = 1.0
-    max_poll_interval_s: float = 30.0
+    max_poll_interval_s: float = 15.0
 
 
 @dataclass

@@ -31,9 +31,8 @@ COMMON = [
     "warmup_steps=1",
     "profile.steps=0",
     "fault.rank=1",
-    "collective_timeout_s=10",
-    "job_timeout_s=120",
 ]
+TIMEOUTS = ("collective_timeout_s=10", "job_timeout_s=120")
 
 
 def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
@@ -59,7 +58,7 @@ def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def sweep(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory):
     sweep_dir = tmp_path_factory.mktemp("slurm_sweep")
-    proc = _sweep(sweep_dir, "gpus=1,2,3", "fault.kind=none,raise,hang")
+    proc = _sweep(sweep_dir, "gpus=1,2,3", "fault.kind=none,raise,hang", *TIMEOUTS)
     return sweep_dir, proc.stdout + proc.stderr
 
 
@@ -157,10 +156,26 @@ def test_rerun_skips_ok_jobs_and_resubmits_the_failed_one(sweep):
     ok_dir, failed_dir = _jobs(sweep_dir)[(2, "none")], _jobs(sweep_dir)[(2, "raise")]
     ok_before = read_result(ok_dir / "result.json")
     ok_job, failed_job = _slurm_job_id(ok_dir), _slurm_job_id(failed_dir)
-    proc = _sweep(sweep_dir, "gpus=2", "fault.kind=none,raise")
+    proc = _sweep(sweep_dir, "gpus=2", "fault.kind=none,raise", *TIMEOUTS)
     assert "skipped" in proc.stdout + proc.stderr
     assert _slurm_job_id(ok_dir) == ok_job
     assert read_result(ok_dir / "result.json") == ok_before
     assert _slurm_job_id(failed_dir) != failed_job  # resubmitted
     assert read_result(failed_dir / "result.json")["status"] == "failed"
     assert (failed_dir / "result.previous.json").exists()
+
+
+@pytest.mark.slow  # SLURM's time limits have minute granularity: about 90 s
+def test_job_past_its_wall_clock_limit_is_a_timeout(slurm_cluster: None, tmp_path: Path):
+    _sweep(
+        tmp_path,
+        "gpus=2",
+        "fault.kind=hang",
+        "collective_timeout_s=600",  # only the wall-clock limit can end this job
+        "job_timeout_s=30",  # rounds up to SLURM's --time=1
+    )
+    (job_dir,) = _jobs(tmp_path).values()
+    result = read_result(job_dir / "result.json")
+    assert result["status"] == "timeout"
+    assert "job_timeout_s=30" in result["error"] and "--time=1 min" in result["error"]
+    assert json.loads((job_dir / "slurm.json").read_text())["state"] == "TIMEOUT"
