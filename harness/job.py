@@ -29,15 +29,16 @@ def run_job(cfg: JobConfig, job_dir: Path) -> dict[str, Any]:
     if finished_ok(job_dir):
         print(f"[harness] {job_dir}: already ok, skipped")
         return read_result(job_dir / RESULT_FILE)
-    # Static checks first: they need no torch import, so a typo is refused at once.
-    errors = validation_errors(cfg) or validation_errors(cfg, local_devices=_local_gpus(cfg))
-    if errors:
-        return _write_failure(cfg, job_dir, "invalid", "; ".join(errors))
+    errors = validation_errors(cfg)  # needs no torch import, so a typo is refused at once
     if cfg.dry_run:
-        print(f"[harness] dry run: {describe(cfg)} -> {job_dir}")
-        return make_result(status="ok", config=asdict(cfg))
+        verdict = "invalid: " + "; ".join(errors) if errors else "ok"
+        print(f"[harness] dry run: {describe(cfg)} -> {job_dir} [{verdict}]")
+        return make_result(status="invalid" if errors else "ok", config=asdict(cfg))
     if in_distributed_env():
         return run_in_existing_env(cfg, job_dir)
+    errors = errors or validation_errors(cfg, local_devices=_local_gpus(cfg))
+    if errors:
+        return _write_failure(cfg, job_dir, "invalid", "; ".join(errors))
 
     from harness.launch import launch_local
 
@@ -93,7 +94,7 @@ def _clear_previous_attempt(job_dir: Path) -> None:
 
 
 def _local_gpus(cfg: JobConfig) -> int | None:
-    if cfg.device == "cpu" or in_distributed_env():
+    if cfg.device == "cpu":
         return None
     try:
         import torch

@@ -128,6 +128,16 @@ MODEL_SHAPES: dict[str, ModelShape] = {
             max_seq_len=1024,
         ),
         _shape(
+            "llama_mini",
+            dim=256,
+            n_layers=4,
+            n_heads=4,
+            n_kv_heads=2,
+            ffn_dim=768,
+            vocab_size=8192,
+            max_seq_len=2048,
+        ),
+        _shape(
             "llama_small",
             dim=512,
             n_layers=8,

@@ -1,0 +1,37 @@
+"""`python -m harness.report` / `yafsdp-bench-report`: render a report from sweep dirs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.report.render import build_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="yafsdp-bench-report",
+        description="Write report.md and figures from one or more sweep directories "
+        "(Hydra multirun dirs holding <job>/result.json).",
+    )
+    parser.add_argument("sweep_dirs", type=Path, nargs="+", metavar="SWEEP_DIR")
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: <first sweep dir>/report)",
+    )
+    args = parser.parse_args(argv)
+    missing = [str(s) for s in args.sweep_dirs if not s.is_dir()]
+    if missing:
+        parser.error(f"not a directory: {', '.join(missing)}")
+    out_dir = args.out if args.out is not None else args.sweep_dirs[0] / "report"
+    path = build_report(args.sweep_dirs, out_dir)
+    print(f"report written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Matched comparisons over the results table: speedups with their noise, loss parity.
+
+Pure functions over the `harness.results` DataFrame (no torch, no plotting), so each rule
+is testable on a hand-made table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.results import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
+
+YAFSDP = "yafsdp"
+# Baselines in the order their tables appear; fsdp1 is the one the YaFSDP README used.
+BASELINES = ("fsdp1", "fsdp2", "fsdp2_tuned")
+BASELINE_TITLES = {
+    "fsdp1": "FSDP1 (the published baseline: FULL_SHARD, BACKWARD_PRE, forward_prefetch, "
+    "limit_all_gathers, bf16 params, fp32 reduce)",
+    "fsdp2": "FSDP2 (`fully_shard`, default settings; on CPU its collectives run "
+    "synchronously, so it cannot overlap)",
+    "fsdp2_tuned": "tuned FSDP2 (asynchronous unshard plus explicit prefetch)",
+}
+# The YaFSDP README's row order: model family and size, then the grid axes.
+MODEL_ORDER = (
+    "llama2_7b",
+    "llama2_13b",
+    "llama2_34b",
+    "llama2_70b",
+    "llama3_8b",
+    "llama3_70b",
+    "llama_tiny",
+    "llama_small",
+)
+STATUS_CELL = {"oom": "OOM", "failed": "failed", "timeout": "timeout", "invalid": "invalid"}
+MISSING = "—"
+
+# Loss parity tolerance, relative to the loss, by parameter dtype. Matched jobs start from
+# the same weights and data, so they differ only by rounding: engines reduce gradients in
+# a different order and at different shard boundaries, and each step's update carries that
+# on. bf16 keeps 8 significant bits (a rounding is 0.4% relative), fp16 11 bits (0.05%);
+# a few roundings of drift per step over a short run stays well under these bounds, while
+# a missed or double-counted gradient reduction, a wrong scale or mis-sharded parameters
+# move the loss by more than that within a few steps.
+LOSS_RTOL = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-3}
+DEFAULT_LOSS_RTOL = 2e-2
+
+
+def model_display(name: str) -> str:
+    """`llama2_7b` -> `Llama 2 7B` as in the README; CPU members keep their names."""
+    m = re.fullmatch(r"llama(\d)_(\d+)b", str(name))
+    return f"Llama {m.group(1)} {m.group(2)}B" if m else str(name)
+
+
+def model_rank(name: str) -> tuple[int, str]:
+    name = str(name)
+    return (MODEL_ORDER.index(name), "") if name in MODEL_ORDER else (len(MODEL_ORDER), name)
+
+
+def value(row: pd.Series | None, column: str) -> Any:
+    """The cell, or None when the row, the column or the value is missing."""
+    if row is None or column not in row.index:
+        return None
+    v = row[column]
+    return None if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)) else v
+
+
+def as_int(v: Any) -> Any:
+    """Grid coordinates come back as floats when a column has gaps; show them as ints."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the README order: model family/size, gpus, seq-len, ckpt layers, then engine."""
+    if df.empty:
+        return df
+    keys = pd.DataFrame(
+        {
+            "_m": [model_rank(m) for m in df["model"]],
+            "_g": pd.to_numeric(df["gpus"], errors="coerce"),
+            "_s": pd.to_numeric(df["seq_len"], errors="coerce"),
+            "_c": pd.to_numeric(df["ckpt_layers"], errors="coerce"),
+            "_e": [engine_rank(e) for e in df["engine"]],
+        },
+        index=df.index,
+    )
+    order = keys.sort_values(["_m", "_g", "_s", "_c", "_e"], kind="stable").index
+    return df.loc[order]
+
+
+def engine_rank(label: str) -> tuple[int, str]:
+    order = (YAFSDP, *BASELINES)
+    label = str(label)
+    return (order.index(label), "") if label in order else (len(order), label)
+
+
+def match_key(row: pd.Series) -> tuple:
+    return tuple(as_int(value(row, c)) for c in MATCH_COLUMNS)
+
+
+def point_label(key: tuple, *, with_setting: bool = False) -> str:
+    model, gpus, seq_len, ckpt = key[: len(POINT_COLUMNS)]
+    label = f"{model_display(model)}, {gpus} GPUs, seq {seq_len}, ckpt {ckpt}"
+    if with_setting:
+        label += f" ({setting_label(key[len(POINT_COLUMNS) :])})"
+    return label
+
+
+def setting_label(setting: tuple) -> str:
+    return ", ".join(f"{c}={v}" for c, v in zip(SETTING_COLUMNS, setting, strict=True))
+
+
+def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """One job per (grid point, engine): an ok run over a failed one, then the latest listed.
+
+    Repeats happen when sweeps are combined or a grid point was rerun; the notes say which.
+    """
+    if df.empty:
+        return df, []
+    groups: dict[tuple, list] = {}
+    for idx, row in df.iterrows():
+        groups.setdefault((match_key(row), str(row["engine"])), []).append(idx)
+    notes = []
+    keep = []
+    for (key, engine), indices in groups.items():
+        group = df.loc[indices]
+        ok = group[group["status"] == "ok"]
+        chosen = (ok if not ok.empty else group).iloc[-1]  # rows keep the sweeps' order
+        keep.append(chosen.name)
+        if len(group) > 1:
+            others = ", ".join(str(j) for j in group["job_label"] if j != chosen["job_label"])
+            notes.append(
+                f"{point_label(key)}, engine {engine}: {len(group)} runs; "
+                f"using {chosen['job_label']} (ignored: {others})"
+            )
+    return df.loc[sorted(keep)], notes
+
+
+def losses_of(row: pd.Series) -> list[float]:
+    raw = value(row, "losses")
+    if raw is None:
+        return []
+    losses = json.loads(raw) if isinstance(raw, str) else list(raw)
+    return [math.nan if x is None else float(x) for x in losses]
+
+
+@dataclass(frozen=True)
+class LossParity:
+    """The largest loss difference between a job and the reference job at its grid point."""
+
+    key: tuple
+    engine: str
+    reference: str
+    steps: int  # steps compared (the shorter curve)
+    max_abs_diff: float  # nan when a curve has a non-finite loss the other has not
+    at_step: int
+    rel_diff: float
+    rtol: float
+    note: str = ""
+
+    @property
+    def mismatch(self) -> bool:
+        return not (self.rel_diff <= self.rtol)  # nan counts as a mismatch
+
+
+def loss_parity(df: pd.DataFrame) -> list[LossParity]:
+    """Compare every ok job's loss curve with the reference engine's at the same grid point.
+
+    The reference is yafsdp where it ran, else the first engine in table order.
+    """
+    out = []
+    ok = df[df["status"] == "ok"]
+    for key, group in _by_point(ok):
+        curves = {r["engine"]: (r, losses_of(r)) for _, r in group.iterrows()}
+        curves = {e: c for e, c in curves.items() if c[1]}
+        if len(curves) < 2:
+            continue
+        engines = sorted(curves, key=engine_rank)
+        ref = engines[0]
+        ref_losses = curves[ref][1]
+        rtol = LOSS_RTOL.get(str(key[MATCH_COLUMNS.index("dtype")]), DEFAULT_LOSS_RTOL)
+        for engine in engines[1:]:
+            losses = curves[engine][1]
+            n = min(len(losses), len(ref_losses))
+            note = (
+                ""
+                if len(losses) == len(ref_losses)
+                else (f"curves differ in length ({len(losses)} vs {len(ref_losses)} steps)")
+            )
+            worst = (0.0, 0, 0.0)
+            for step in range(n):
+                a, b = losses[step], ref_losses[step]
+                if not (math.isfinite(a) and math.isfinite(b)):
+                    # A diverged run cannot be matched with anything, even another diverged one.
+                    worst = (math.nan, step, math.nan)
+                    note = f"non-finite loss at step {step} ({engine} {a}, {ref} {b})"
+                    break
+                diff = abs(a - b)
+                rel = diff / max(abs(a), abs(b), 1e-12)
+                if rel > worst[2]:
+                    worst = (diff, step, rel)
+            out.append(LossParity(key, engine, ref, n, worst[0], worst[1], worst[2], rtol, note))
+    return out
+
+
+def _by_point(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    groups: dict[tuple, list] = {}
+    for idx, row in sort_jobs(df).iterrows():
+        groups.setdefault(match_key(row), []).append(idx)
+    return [(k, df.loc[v]) for k, v in groups.items()]
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """One row of a published table: a grid point, YaFSDP against one baseline."""
+
+    key: tuple
+    yafsdp: pd.Series | None
+    baseline: pd.Series | None
+    speedup_pct: float | None  # (T_fsdp - T_yafsdp) / T_fsdp * 100
+    spread_pct: float | None  # the larger p10-p90 range of the two, in % of T_fsdp
+    loss_mismatch: bool
+
+    @property
+    def significant(self) -> bool | None:
+        """The noise rule: a speedup counts only when it exceeds the spread of step times.
+
+        |T_fsdp - T_yafsdp| must be larger than the p10-p90 range of either engine's step
+        times; otherwise one step-to-step swing could produce it.
+        """
+        if self.speedup_pct is None or self.spread_pct is None:
+            return None
+        return abs(self.speedup_pct) > self.spread_pct
+
+
+def _spread_s(row: pd.Series) -> float | None:
+    p10, p90 = value(row, "iteration_time_p10_s"), value(row, "iteration_time_p90_s")
+    if p10 is None or p90 is None:
+        return None
+    return float(p90) - float(p10)
+
+
+def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:
+    """The published table's rows for one baseline: every grid point where either ran."""
+    void = {p.key for p in parity if p.mismatch}
+    rows = []
+    both = df[df["engine"].isin([YAFSDP, baseline])]
+    for key, group in _by_point(both):
+        by_engine = {r["engine"]: r for _, r in group.iterrows()}
+        y, f = by_engine.get(YAFSDP), by_engine.get(baseline)
+        s = spread = None
+        if _ok(y) and _ok(f):
+            t_y, t_f = float(y["iteration_time_s"]), float(f["iteration_time_s"])
+            s = (t_f - t_y) / t_f * 100.0
+            spreads = [_spread_s(y), _spread_s(f)]
+            if None not in spreads:
+                spread = max(spreads) / t_f * 100.0  # type: ignore[type-var]
+        rows.append(Speedup(key, y, f, s, spread, key in void))
+    return rows
+
+
+def _ok(row: pd.Series | None) -> bool:
+    return row is not None and row["status"] == "ok" and value(row, "iteration_time_s") is not None

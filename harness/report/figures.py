@@ -1,0 +1,132 @@
+"""The report's figures (matplotlib, Agg backend: no display, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.report.compare import (  # noqa: E402
+    MATCH_COLUMNS,
+    Speedup,
+    engine_rank,
+    match_key,
+    model_display,
+    sort_jobs,
+    value,
+)
+
+
+def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
+    """Bars of YaFSDP's speedup over one baseline: x = model size (and gpus, ckpt), bars per
+    sequence length. Whiskers are ± the spread, so one that crosses 0 is exactly the report's
+    "not significant" (also hatched)."""
+    rows = [r for r in rows if r.speedup_pct is not None]
+    if not rows:
+        return None
+    seq_lens = sorted({r.key[2] for r in rows})
+    groups: list[tuple] = []
+    for r in rows:  # already in README order
+        g = (r.key[0], r.key[1], r.key[3], *r.key[4:])
+        if g not in groups:
+            groups.append(g)
+    width = 0.8 / len(seq_lens)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups) + 2), 4.2))
+    for i, seq in enumerate(seq_lens):
+        xs, ys, errs, hatches = [], [], [], []
+        for r in rows:
+            if r.key[2] != seq:
+                continue
+            g = groups.index((r.key[0], r.key[1], r.key[3], *r.key[4:]))
+            xs.append(g - 0.4 + width * (i + 0.5))
+            ys.append(r.speedup_pct)
+            errs.append(r.spread_pct or 0.0)
+            hatches.append("//" if r.significant is False else "")
+        bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")
+        for bar, hatch in zip(bars, hatches, strict=True):
+            bar.set_hatch(hatch)
+    several_settings = len({g[3:] for g in groups}) > 1
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(
+        [
+            f"{model_display(g[0])}\n{g[1]} GPUs, ckpt {g[2]}"
+            + (f"\nmb={g[3]} ga={g[4]} {g[5]}" if several_settings else "")
+            for g in groups
+        ],
+        fontsize=8,
+    )
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel("speedup over baseline (%)")
+    ax.set_title(
+        f"YaFSDP vs {baseline}: (T_fsdp - T_yafsdp) / T_fsdp\n"
+        "whiskers: ± step-time spread (crossing 0 = not significant, hatched)",
+        fontsize=10,
+    )
+    ax.legend(title="sequence length", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def primary_memory(row: pd.Series) -> tuple[float | None, str]:
+    """The peak to compare engines by: the allocator's peak, else the process RSS."""
+    allocated = value(row, "peak_memory_allocated_bytes")
+    if allocated is not None:
+        return float(allocated), "allocated"
+    rss = value(row, "peak_rss_bytes")
+    if rss is not None:
+        return float(rss), "RSS"
+    return None, ""
+
+
+def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
+    """Peak memory per engine at every grid point (MiB, or GiB for GPU-sized peaks)."""
+    ok = sort_jobs(df[df["status"] == "ok"])
+    points: list[tuple] = []
+    data: dict[str, dict[tuple, float]] = {}
+    kinds = set()
+    for _, row in ok.iterrows():
+        peak, kind = primary_memory(row)
+        if peak is None:
+            continue
+        key = match_key(row)
+        if key not in points:
+            points.append(key)
+        data.setdefault(row["engine"], {})[key] = peak
+        kinds.add(kind)
+    if not data:
+        return None
+    engines = sorted(data, key=engine_rank)
+    largest = max(v for per_point in data.values() for v in per_point.values())
+    unit, scale = ("GiB", 2**30) if largest >= 4 * 2**30 else ("MiB", 2**20)
+    width = 0.8 / len(engines)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(points) + 2), 4.5))
+    for i, engine in enumerate(engines):
+        xs = [points.index(k) - 0.4 + width * (i + 0.5) for k in data[engine]]
+        ax.bar(xs, [v / scale for v in data[engine].values()], width, label=engine)
+    several_settings = len({k[4:] for k in points}) > 1
+    ax.set_xticks(range(len(points)))
+    ax.set_xticklabels(
+        [
+            f"{model_display(k[0])}\n{k[1]} GPUs\nseq {k[2]}, ckpt {k[3]}"
+            + (
+                "\n" + " ".join(f"{c}={v}" for c, v in zip(MATCH_COLUMNS[4:], k[4:], strict=True))
+                if several_settings
+                else ""
+            )
+            for k in points
+        ],
+        fontsize=8,
+    )
+    ax.set_ylabel(f"peak memory per rank ({unit}, {' / '.join(sorted(kinds))})")
+    ax.set_title("Peak memory per engine", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

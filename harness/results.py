@@ -1,0 +1,208 @@
+"""Aggregate a sweep's job directories into one table (`results.csv`), without torch.
+
+One row per job: grid coordinates, engine label, status and error, every scalar metric,
+the loss curve (JSON), the profile's overlap summary, the environment and the job
+directory. A result.json that cannot be trusted is not a row: it goes to `problems`, so
+the report can say which file was skipped and why.
+
+    python -m harness.results <sweep dir>     # (re)builds <sweep dir>/results.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.result import RESULT_FILE, CorruptResultError, read_result
+
+log = logging.getLogger(__name__)
+
+RESULTS_CSV = "results.csv"
+
+# What identifies a grid point; matched jobs share all of these and differ in `engine`.
+POINT_COLUMNS = ["model", "gpus", "seq_len", "ckpt_layers"]
+SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed"]
+MATCH_COLUMNS = POINT_COLUMNS + SETTING_COLUMNS
+CONFIG_COLUMNS = [*MATCH_COLUMNS, "warmup_steps", "steps", "device"]
+ENV_COLUMNS = [
+    "torch",
+    "cuda",
+    "nccl",
+    "backend",
+    "device_name",
+    "device_count",
+    "world_size",
+    "host",
+    "git_revision",
+    "threads_per_rank",
+]
+# Metrics kept in this order first; any other scalar metric follows, sorted by name.
+METRIC_COLUMNS = [
+    "iteration_time_s",
+    "iteration_time_p10_s",
+    "iteration_time_p90_s",
+    "tokens_per_s_per_device",
+    "tflops_per_device",
+    "mfu",
+    "peak_flops_per_device",
+    "peak_flops_source",
+    "flops_per_token",
+    "peak_memory_allocated_bytes",
+    "peak_memory_reserved_bytes",
+    "peak_rss_bytes",
+    "memory_source",
+]
+# Non-scalar metrics, stored as JSON text so that the CSV stays one row per job.
+JSON_METRICS = ["losses", "step_times_s", "memory_breakdown"]
+PROFILE_PREFIX = "profile_"
+LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _row(result: dict[str, Any], job_dir: str) -> dict[str, Any]:
+    config = result.get("config") or {}
+    engine = config.get("engine") or {}
+    if isinstance(engine, str):  # a config written with the engine as a bare name
+        engine = {"name": engine, "label": engine}
+    row: dict[str, Any] = {
+        "job_dir": job_dir,
+        "engine": engine.get("label") or engine.get("name"),
+        "engine_name": engine.get("name"),
+        "status": result["status"],
+        "error": result.get("error") or "",
+    }
+    for key in CONFIG_COLUMNS:
+        row[key] = config.get(key)
+
+    metrics = result.get("metrics") or {}
+    for key, value in metrics.items():
+        if key in JSON_METRICS or not _is_scalar(value):
+            row[key] = json.dumps(value)
+        else:
+            row[key] = value
+    losses = metrics.get("losses") or []
+    row["final_loss"] = losses[-1] if losses else math.nan
+    row.setdefault("losses", json.dumps(losses))
+
+    profile = result.get("profile") or {}
+    summary = profile.get("summary") or {}
+    for key, value in summary.items():
+        if _is_scalar(value):
+            row[PROFILE_PREFIX + key] = value
+    if profile.get("traces"):
+        row[PROFILE_PREFIX + "traces"] = json.dumps(profile["traces"])
+
+    env = result.get("env") or {}
+    for key, value in env.items():
+        if _is_scalar(value):
+            row[key] = value
+    return row
+
+
+def _ordered_columns(columns: list[str]) -> list[str]:
+    first = [
+        *LEAD_COLUMNS,
+        *SETTING_COLUMNS,
+        "warmup_steps",
+        "steps",
+        "device",
+        *METRIC_COLUMNS,
+        "final_loss",
+    ]
+    present = set(columns)
+    head = [c for c in first if c in present]
+    profile = sorted(c for c in present if c.startswith(PROFILE_PREFIX))
+    env = [c for c in ENV_COLUMNS if c in present]
+    tail_json = [c for c in JSON_METRICS if c in present]
+    placed = set(head) | set(profile) | set(env) | set(tail_json)
+    rest = sorted(present - placed)
+    return head + rest + profile + env + tail_json
+
+
+def find_result_files(sweep_dir: Path) -> list[Path]:
+    """Every job's result.json under the sweep (job dirs may be nested), in a stable order."""
+    return sorted(Path(sweep_dir).rglob(RESULT_FILE))
+
+
+def collect_results(sweep_dir: Path, *, problems: list[str] | None = None) -> pd.DataFrame:
+    """One row per job found under `sweep_dir`.
+
+    A result.json that cannot be read is skipped and described in `problems` (when given)
+    and in `df.attrs["problems"]`, as is a Hydra job directory without one; the statuses
+    stay the schema's five.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep directory {sweep_dir} does not exist")
+    found: list[str] = []
+    rows = []
+    for path in find_result_files(sweep_dir):
+        job_dir = path.parent.relative_to(sweep_dir).as_posix()
+        name = path.relative_to(sweep_dir).as_posix()
+        try:
+            rows.append(_row(read_result(path), job_dir))
+        except CorruptResultError as e:
+            reason = str(e).removeprefix(f"{path}: ")
+            found.append(f"corrupt result file {name}: {reason}")
+        except (AttributeError, TypeError) as e:  # valid JSON, wrong shape inside
+            found.append(f"corrupt result file {name}: unexpected layout ({e})")
+    for hydra_dir in sorted(sweep_dir.rglob(".hydra")):
+        # Hydra made the job directory, but the job never wrote its result (still running,
+        # or its submitter died): say so rather than letting the job vanish from the tables.
+        if not (hydra_dir.parent / RESULT_FILE).exists():
+            job_dir = hydra_dir.parent.relative_to(sweep_dir).as_posix()
+            found.append(f"no result file in job directory {job_dir} (never finished?)")
+    for message in found:
+        log.warning("%s: %s", sweep_dir, message)
+    df = pd.DataFrame(rows)
+    if rows:
+        df = df[_ordered_columns(list(df.columns))]
+    else:
+        df = pd.DataFrame(columns=LEAD_COLUMNS)
+    df.attrs["problems"] = found
+    if problems is not None:
+        problems.extend(found)
+    return df
+
+
+def _write_csv(sweep_dir: Path) -> tuple[Path, pd.DataFrame]:
+    df = collect_results(sweep_dir)
+    out = Path(sweep_dir) / RESULTS_CSV
+    tmp = out.with_name(f".{RESULTS_CSV}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(out)  # a reader never sees a half-written table
+    return out, df
+
+
+def write_results_csv(sweep_dir: Path) -> Path:
+    """(Re)build `<sweep_dir>/results.csv` from the job directories; return its path."""
+    return _write_csv(Path(sweep_dir))[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.results",
+        description="Rebuild <sweep dir>/results.csv from the job directories' result.json.",
+    )
+    parser.add_argument("sweep_dir", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    for sweep in args.sweep_dir:
+        out, df = _write_csv(sweep)
+        counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
+        print(f"wrote {out}: {len(df)} jobs ({counts or 'none found'})")
+        for problem in df.attrs["problems"]:
+            print(f"skipped {problem}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

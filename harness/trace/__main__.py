@@ -1,0 +1,81 @@
+"""python -m harness.trace summarize <trace file | job dir> [--units] [--json]
+python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank R] [--step N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness.trace.parse import TraceError
+from harness.trace.summary import summarize_job, summarize_trace
+from harness.trace.timeline import plot_timeline
+
+
+def _table(rows: list[dict]) -> str:
+    """Markdown table; *_s columns shown in milliseconds."""
+    df = pd.DataFrame(rows)
+    df.columns = [c.removesuffix("_s") + "_ms" if c.endswith("_s") else c for c in df.columns]
+    for c in df.columns:
+        scale = 1e3 if c.endswith("_ms") else 1.0
+        if df[c].dtype.kind == "f" or c.endswith("_ms"):
+            df[c] = [("n/a" if pd.isna(v) else f"{v * scale:.3f}") for v in df[c]]
+    return df.to_markdown(index=False, disable_numparse=True)
+
+
+def summarize(args: argparse.Namespace) -> int:
+    target = Path(args.target)
+    result = summarize_job(target) if target.is_dir() else summarize_trace(target)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    s = result["summary"]
+    pct = "n/a (no communication)" if s["overlap_pct"] is None else f"{s['overlap_pct']:.1f}%"
+    print(f"{target}: {result['kind']} trace(s)")
+    print(_table(result["steps"]))
+    print(
+        f"\noverlap {pct}; per step: compute {s['compute_s_per_step'] * 1e3:.3f} ms, "
+        f"comm {s['comm_s_per_step'] * 1e3:.3f} ms, "
+        f"exposed comm {s['exposed_comm_s_per_step'] * 1e3:.3f} ms, "
+        f"idle {s['idle_s_per_step'] * 1e3:.3f} ms"
+    )
+    if args.units and result["units"]:
+        print("\n" + _table(result["units"]))
+    return 0
+
+
+def timeline(args: argparse.Namespace) -> int:
+    dirs = [Path(d) for d in args.job_dirs]
+    out = Path(args.output) if args.output else dirs[0] / "traces" / "timeline.png"
+    print(plot_timeline(dirs, out, rank=args.rank, step=args.step))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.trace", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("summarize", help="per-step overlap table of a trace or a job")
+    s.add_argument("target", help="a trace file (.json/.json.gz) or a job directory")
+    s.add_argument("--units", action="store_true", help="also print per-annotation rows")
+    s.add_argument("--json", action="store_true", help="print the full summary as JSON")
+    s.set_defaults(func=summarize)
+    t = sub.add_parser("timeline", help="PNG of one step, engines side by side")
+    t.add_argument("job_dirs", nargs="+")
+    t.add_argument("-o", "--output", help="PNG path (default <first job>/traces/timeline.png)")
+    t.add_argument("--rank", type=int, default=0)
+    t.add_argument("--step", type=int, default=None)
+    t.set_defaults(func=timeline)
+    args = p.parse_args(argv)
+    try:
+        return args.func(args)
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

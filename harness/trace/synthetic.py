@@ -1,0 +1,131 @@
+"""Small hand-described GPU traces in the layout torch.profiler writes (for tests, benchmarks).
+
+A kernel is given by its step, stream, name, start and duration (microseconds). The writer
+adds what real traces carry around it: a CPU thread with ProfilerStep#N spans, one
+cudaLaunchKernel per kernel (linked by correlation id), and `distributedInfo`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+CPU_PID, CPU_TID, DEVICE = 1000, 1000, 0
+COMPUTE_KERNEL = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn"
+NCCL_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+class Kernel(NamedTuple):
+    step: int
+    stream: int
+    start: float
+    dur: float
+    name: str = COMPUTE_KERNEL
+
+
+def nccl(step: int, stream: int, start: float, dur: float) -> Kernel:
+    return Kernel(step, stream, start, dur, NCCL_KERNEL)
+
+
+def _category(name: str) -> str:
+    return {"Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}.get(name[:6], "kernel")
+
+
+def _events(kernels: Sequence[Kernel], first_correlation: int = 1) -> Iterator[dict[str, Any]]:
+    by_step: dict[int, list[Kernel]] = {}
+    for k in kernels:
+        by_step.setdefault(k.step, []).append(k)
+    steps = sorted(by_step)
+    first = {s: min(k.start for k in by_step[s]) for s in steps}
+    corr = first_correlation
+    for i, s in enumerate(steps):
+        ks = sorted(by_step[s], key=lambda k: k.start)
+        # CPU step windows tile the time before each step's first kernel (launch runs ahead)
+        lo = first[s] - 10.0
+        hi = first[steps[i + 1]] - 10.0 if i + 1 < len(steps) else max(k.start + k.dur for k in ks)
+        yield {
+            "ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}",
+            "pid": CPU_PID, "tid": CPU_TID, "ts": lo, "dur": hi - lo, "args": {},
+        }  # fmt: skip
+        spacing = min(1.0, 9.0 / (len(ks) + 1))
+        for j, k in enumerate(ks):
+            launch = lo + spacing * (j + 1) * 0.5
+            yield {
+                "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                "pid": CPU_PID, "tid": CPU_TID, "ts": launch, "dur": spacing * 0.25,
+                "args": {"correlation": corr, "cbid": 211},
+            }  # fmt: skip
+            yield {
+                "ph": "X", "cat": _category(k.name), "name": k.name, "pid": DEVICE, "tid": k.stream,
+                "ts": k.start, "dur": k.dur,
+                "args": {"device": DEVICE, "stream": k.stream, "correlation": corr,
+                         "grid": [1, 1, 1], "block": [128, 1, 1]},
+            }  # fmt: skip
+            corr += 1
+
+
+def _write(
+    fh: IO[str], event_batches: Iterable[Iterable[dict[str, Any]]], rank: int, world: int
+) -> None:
+    info = {"backend": "nccl", "rank": rank, "world_size": world}
+    fh.write('{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n')
+    fh.write(f'  "distributedInfo": {json.dumps(info)},\n  "traceEvents": [\n')
+    sep = ""
+    for batch in event_batches:
+        for e in batch:
+            fh.write(sep + "  " + json.dumps(e))
+            sep = ",\n"
+    fh.write('\n  ],\n  "displayTimeUnit": "ms",\n  "traceName": "synthetic"\n}\n')
+
+
+def _open(path: Path) -> IO[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return gzip.open(path, "wt") if path.suffix == ".gz" else open(path, "w")
+
+
+def write_gpu_trace(
+    path: Path | str, kernels: Sequence[Kernel], *, rank: int = 0, world_size: int = 1
+) -> Path:
+    path = Path(path)
+    with _open(path) as fh:
+        _write(fh, [_events(kernels)], rank, world_size)
+    return path
+
+
+def write_large_gpu_trace(
+    path: Path | str, *, target_bytes: int, rank: int = 0, kernels_per_step: int = 2000
+) -> Path:
+    """A many-step trace of at least target_bytes (uncompressed): each step runs compute on
+    stream 7 and, half overlapped, NCCL on stream 20. Written incrementally."""
+    path = Path(path)
+
+    def step_kernels(step: int) -> list[Kernel]:
+        t0 = step * kernels_per_step * 12.0
+        ks = [Kernel(step, 7, t0 + 10.0 * i, 9.0) for i in range(kernels_per_step)]
+        ks += [nccl(step, 20, t0 + 20.0 * i + 5.0, 10.0) for i in range(kernels_per_step // 4)]
+        return ks
+
+    class Counting:
+        def __init__(self, fh: IO[str]) -> None:
+            self.fh, self.n = fh, 0
+
+        def write(self, s: str) -> None:
+            self.n += len(s)
+            self.fh.write(s)
+
+    with _open(path) as raw:
+        out = Counting(raw)
+
+        def batches() -> Iterator[Iterator[dict[str, Any]]]:
+            step, corr = 0, 1
+            while out.n < target_bytes:
+                ks = step_kernels(step)
+                yield _events(ks, first_correlation=corr)
+                corr += len(ks)
+                step += 1
+
+        _write(out, batches(), rank, 1)  # type: ignore[arg-type]
+    return path

@@ -1,0 +1,116 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Sweep results
+#
+# Loads a sweep's `results.csv` (one row per job: grid point, engine, status, metrics),
+# pivots it by engine and plots iteration times, speedups and loss curves.
+#
+# Set `SWEEP_DIR` to a sweep directory (or any directory holding a `results.csv`, such as a
+# report directory). Without it, the committed CPU demo under `reports/cpu_demo/` is used.
+# A sweep without `results.csv` gets one built from its job directories
+# (`python -m harness.results <sweep dir>` does the same).
+
+# %%
+import json
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import display
+
+
+def repo_root() -> Path:
+    here = Path.cwd().resolve()
+    return next((p for p in [here, *here.parents] if (p / "pyproject.toml").exists()), here)
+
+
+SWEEP_DIR = Path(os.environ.get("SWEEP_DIR") or repo_root() / "reports" / "cpu_demo")
+csv = SWEEP_DIR / "results.csv"
+if not csv.exists():
+    if not any(SWEEP_DIR.rglob("result.json")):
+        raise FileNotFoundError(f"no results.csv or result.json under {SWEEP_DIR}; set SWEEP_DIR")
+    from harness.results import write_results_csv
+
+    csv = write_results_csv(SWEEP_DIR)
+df = pd.read_csv(csv)
+print(f"{csv}: {len(df)} jobs")
+display(df[["job_dir", "model", "gpus", "seq_len", "ckpt_layers", "engine", "status"]])
+
+# %% [markdown]
+# ## Which jobs finished
+
+# %%
+display(df.groupby(["engine", "status"]).size().unstack(fill_value=0))
+
+# %% [markdown]
+# ## Median iteration time (s) per grid point and engine
+
+# %%
+POINT = ["model", "gpus", "seq_len", "ckpt_layers"]
+ok = df[df["status"] == "ok"]
+times = ok.pivot_table(index=POINT, columns="engine", values="iteration_time_s")
+display(times)
+
+# %% [markdown]
+# ## Speedup of YaFSDP over each baseline, (T_fsdp - T_yafsdp) / T_fsdp in percent
+
+# %%
+baselines = [b for b in ("fsdp1", "fsdp2", "fsdp2_tuned") if b in times.columns]
+if "yafsdp" in times.columns and baselines:
+    speedup = pd.DataFrame(
+        {b: (times[b] - times["yafsdp"]) / times[b] * 100 for b in baselines}
+    ).round(2)
+else:
+    speedup = pd.DataFrame()
+    print("no speedup: the sweep needs yafsdp and at least one FSDP baseline")
+display(speedup)
+
+# %%
+if not times.empty:
+    ax = times.plot.bar(figsize=(8, 3.5), ylabel="median iteration time (s)", rot=30)
+    ax.set_title("Iteration time per engine")
+    plt.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# ## Peak memory (MiB) and throughput per engine
+
+# %%
+memory_col = (
+    "peak_memory_allocated_bytes"
+    if "peak_memory_allocated_bytes" in ok and ok["peak_memory_allocated_bytes"].notna().any()
+    else "peak_rss_bytes"
+)
+memory = ok.pivot_table(index=POINT, columns="engine", values=memory_col) / 2**20
+print(f"measure: {memory_col}")
+display(memory.round(1))
+
+# %%
+display(ok.pivot_table(index=POINT, columns="engine", values="tokens_per_s_per_device").round(1))
+
+# %% [markdown]
+# ## Loss curves of the first grid point (matched engines should agree)
+
+# %%
+if not ok.empty:
+    first = ok.iloc[0][POINT]
+    same = ok[(ok[POINT] == first).all(axis=1)]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for _, row in same.iterrows():
+        ax.plot(json.loads(row["losses"]), label=row["engine"], marker="o")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(", ".join(f"{k}={v}" for k, v in first.items()))
+    ax.legend()
+    plt.tight_layout()
+    plt.show()

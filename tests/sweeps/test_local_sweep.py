@@ -1,0 +1,92 @@
+"""Local multiruns: results.csv, failures as rows, resume, and the published preset."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ("model=llama_tiny", "gpus=2", "warmup_steps=1", "steps=2", "profile.steps=0")
+
+
+def multirun(*overrides: str, sweep_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def rows(sweep_dir: Path) -> list[dict[str, str]]:
+    with open(sweep_dir / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_sweep_writes_rows_and_resume_skips_finished_jobs(tmp_path: Path) -> None:
+    grid = ("engine=local,fsdp2", "seq_len=32,64")
+    multirun(*TINY, *grid, sweep_dir=tmp_path)
+    table = rows(tmp_path)
+    assert len(table) == 4
+    assert {r["status"] for r in table} == {"ok"}
+    assert {(r["engine"], r["seq_len"]) for r in table} == {
+        (e, s) for e in ("local", "fsdp2") for s in ("32", "64")
+    }
+    results = sorted(tmp_path.glob("*/result.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in results}
+
+    # One job's result is corrupted (a half-written file): only that job runs again.
+    victim = results[0]
+    victim.write_text('{"schema_version": 1, "status": "o')
+    proc = multirun(*TINY, *grid, sweep_dir=tmp_path)
+    assert proc.stdout.count("already ok, skipped") == 3
+    for path in results:
+        if path == victim:
+            assert json.loads(path.read_text())["status"] == "ok"
+        else:
+            assert path.stat().st_mtime_ns == stamps[path], f"{path} was rerun"
+    assert len(rows(tmp_path)) == 4
+
+
+def test_failing_jobs_become_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    proc = multirun(*TINY, "engine=fsdp2", "+drill=crash,hang,oom,invalid", sweep_dir=tmp_path)
+    by_drill = {}
+    for path in tmp_path.glob("*/result.json"):
+        # Job directories are named by their overrides: "+drill=crash,engine=fsdp2,...".
+        drill = path.parent.name.split("+drill=")[1].split(",")[0]
+        by_drill[drill] = json.loads(path.read_text())
+    status = {drill: r["status"] for drill, r in by_drill.items()}
+    assert status == {"crash": "failed", "hang": "timeout", "oom": "oom", "invalid": "invalid"}
+    errors = {drill: r["error"] for drill, r in by_drill.items()}
+    assert "rank 1" in errors["crash"] and "injected fault" in errors["crash"]
+    assert "memory_limit_gb" in errors["oom"]
+    assert "ckpt_layers=99" in errors["invalid"]
+    table = rows(tmp_path)
+    assert sorted(r["status"] for r in table) == ["failed", "invalid", "oom", "timeout"]
+    assert "sweep results" in proc.stdout
+
+
+def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> None:
+    proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=tmp_path)
+    jobs = [line for line in proc.stdout.splitlines() if "dry run:" in line]
+    assert len(jobs) == 16 * 3
+    assert all(line.endswith("[ok]") for line in jobs)
+    points = {line.split(" engine=")[0] + line.split("gpus=")[1].split(" ->")[0] for line in jobs}
+    assert len(points) == 16
+    assert (
+        sum(
+            "model=llama2_70b engine=yafsdp gpus=256 seq_len=4096 ckpt_layers=50" in line
+            for line in jobs
+        )
+        == 1
+    )
+    assert not list(tmp_path.glob("*/result.json")), "a dry run must not leave results"
