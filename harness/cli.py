@@ -17,10 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.config import JobConfig
 from harness.job import run_job
+from harness.slurm import register_plugin
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 ConfigStore.instance().store(name="job_schema", node=JobConfig)
+register_plugin()  # hydra/launcher=slurm, also from a source checkout
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")

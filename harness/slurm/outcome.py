@@ -1,0 +1,116 @@
+"""After a SLURM job ends: decide its status from all ranks and fix `result.json` if needed.
+
+Rank 0 writes result.json, but only it: a rank that fails after the last collective, a rank
+killed by SLURM, or a job past its time limit would otherwise leave an `ok` (or no) result.
+The submitter therefore reads every rank's outcome file plus the SLURM state (sacct) and
+rewrites result.json when rank 0's verdict is missing or not the whole story. It never
+touches jobs whose ok result predates the submission (those are not resubmitted at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.rank_outcome import read_rank_outcomes, root_cause
+from harness.result import RESULT_FILE, CorruptResultError, make_result, read_result, write_result
+
+# What submitit raises in rank 0 when SLURM's warning signal comes before the time limit.
+_WALL_CLOCK = "timed-out"
+
+
+@dataclass
+class JobEnd:
+    """What the submitter knows about a finished SLURM job."""
+
+    slurm_job_id: str
+    slurm_state: str  # sacct State of the allocation: COMPLETED, FAILED, TIMEOUT, ...
+    world_size: int
+    job_timeout_s: float
+    time_limit_min: int
+    collective_timeout_s: float
+    task_errors: dict[int, str] = field(default_factory=dict)  # from submitit, per task
+
+
+def _first_line(text: str | None, limit: int = 500) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
+def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str, Any], bool]:
+    """The job's final result and whether it differs from what rank 0 left (then it is written)."""
+    job_dir = Path(job_dir)
+    state = (end.slurm_state or "UNKNOWN").split()[0].upper()
+    try:
+        existing: dict[str, Any] | None = read_result(job_dir / RESULT_FILE)
+        corrupt = None
+    except CorruptResultError as e:
+        existing = None
+        corrupt = None if not (job_dir / RESULT_FILE).exists() else str(e)
+
+    outcomes = [o for o in read_rank_outcomes(job_dir) if o.get("rank") in range(end.world_size)]
+    failed = [o for o in outcomes if o.get("status") != "ok"]
+    missing = sorted(set(range(end.world_size)) - {o["rank"] for o in outcomes})
+
+    status, error = _verdict(state, end, failed, missing)
+    if status is None:  # every rank ok and SLURM agrees
+        if existing is not None:
+            return existing, False
+        status = "failed"
+        error = (
+            corrupt
+            or f"rank 0 finished without writing {RESULT_FILE} (SLURM job {end.slurm_job_id})"
+        )
+
+    if existing is not None and existing["status"] != "ok":
+        # Rank 0's own verdict stands unless SLURM or another rank tells more.
+        cause_elsewhere = error is not None and not error.startswith("rank 0:")
+        if existing["status"] == status or not (cause_elsewhere or status in ("timeout", "oom")):
+            return existing, False
+
+    result = dict(existing) if existing is not None else make_result(status="failed", config=config)
+    result["status"] = status
+    result["error"] = error
+    result.setdefault("env", {})
+    result["slurm"] = {
+        "job_id": end.slurm_job_id,
+        "state": end.slurm_state,
+        "rank_failures": {str(o["rank"]): o.get("error") for o in failed},
+        "ranks_without_outcome": missing,
+    }
+    write_result(job_dir, result)
+    return result, True
+
+
+def _verdict(
+    state: str, end: JobEnd, failed: list[dict[str, Any]], missing: list[int]
+) -> tuple[str | None, str | None]:
+    if state == "TIMEOUT" or any(_WALL_CLOCK in (o.get("error") or "") for o in failed):
+        return "timeout", (
+            f"job exceeded its wall-clock limit job_timeout_s={end.job_timeout_s:g} "
+            f"(SLURM --time={end.time_limit_min} min, job {end.slurm_job_id})"
+        )
+    cause = root_cause(failed)
+    if cause is not None:
+        status, err = cause
+        root = err.split(":", 1)[0]
+        if status == "timeout" and missing:
+            err = (
+                f"collective timed out (collective_timeout_s={end.collective_timeout_s:g}) "
+                f"waiting for ranks {missing}; {err}"
+            )
+        others = sorted(o["rank"] for o in failed if f"rank {o['rank']}" != root)
+        if others:
+            err += f" (also ended badly: ranks {others})"
+        if missing and status != "timeout":
+            err += f" (ended without an outcome: ranks {missing})"
+        return status, err
+    if state == "OUT_OF_MEMORY":
+        return "oom", f"SLURM killed job {end.slurm_job_id} for exceeding its memory"
+    if missing:
+        texts = [end.task_errors.get(r) for r in missing]
+        detail = next((_first_line(t) for t in texts if t), "")
+        err = f"ranks {missing} ended without an outcome (SLURM state {state})"
+        return "failed", err + (f": {detail}" if detail else "")
+    return None, None  # every rank reported ok: that outweighs SLURM's view of the teardown

@@ -1,0 +1,59 @@
+"""What one job asks SLURM for: nodes, tasks and GPUs from the job's world size.
+
+One SLURM task per GPU (rank). A job that fits on one node gets exactly its GPU count there;
+a larger one must fill whole nodes, so `gpus` must be a multiple of `gpus_per_node`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+class ShapeError(ValueError):
+    """The job's GPU count cannot be laid out on nodes; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class JobShape:
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int | None  # what sbatch gets as --gpus-per-node; None: ask for no GPUs
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+def job_shape(gpus: int, gpus_per_node: int, *, request_gpus: bool) -> JobShape:
+    """nodes = gpus / gpus_per_node, tasks_per_node = min(gpus, gpus_per_node).
+
+    `request_gpus` False is for clusters without GPU GRES (CPU test clusters), where asking
+    for GPUs makes sbatch fail outright.
+    """
+    if gpus < 1:
+        raise ShapeError(f"gpus={gpus}: the world size must be at least 1; set gpus>=1")
+    if gpus_per_node < 1:
+        raise ShapeError(f"gpus_per_node={gpus_per_node}: must be at least 1")
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        lower = gpus // gpus_per_node * gpus_per_node
+        upper = lower + gpus_per_node
+        raise ShapeError(
+            f"gpus={gpus} does not split into whole nodes of gpus_per_node={gpus_per_node}: "
+            f"use gpus={lower} or gpus={upper} (a multiple of gpus_per_node), at most "
+            f"gpus={gpus_per_node} for one node, or set gpus_per_node to a divisor of {gpus}"
+        )
+    tasks_per_node = min(gpus, gpus_per_node)
+    nodes = gpus // tasks_per_node
+    return JobShape(
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        gpus_per_node=tasks_per_node if request_gpus else None,
+    )
+
+
+def time_limit_min(job_timeout_s: float) -> int:
+    """SLURM's --time (whole minutes, at least 1) covering the job's wall-clock limit."""
+    if job_timeout_s <= 0:
+        raise ShapeError(f"job_timeout_s={job_timeout_s}: must be positive")
+    return max(1, math.ceil(job_timeout_s / 60))

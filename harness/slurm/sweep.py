@@ -1,0 +1,316 @@
+"""Submitter side of `hydra/launcher=slurm`: one SLURM job per Hydra job, each with its own
+nodes/tasks, all submitted before waiting; statuses decided from files, never raised.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from harness.config import JobConfig
+from harness.result import RESULT_FILE, make_result, read_result, write_json_atomic, write_result
+from harness.result import finished_ok as _finished_ok
+from harness.slurm.outcome import JobEnd, decide
+from harness.slurm.rank import clear_previous_attempt
+from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
+
+log = logging.getLogger(__name__)
+_DEFAULTS = JobConfig()
+SLURM_RECORD = "slurm.json"
+
+
+@dataclass(kw_only=True)
+class LauncherParams:
+    """`hydra.launcher.*` (see sweeps/hydra/launcher/slurm.yaml)."""
+
+    submitit_folder: str
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None
+    comment: str | None = None
+    time_min: int | None = None  # None: from the job's job_timeout_s
+    request_gpus: bool = True  # False on clusters without GPU GRES (CPU test clusters)
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None  # per node
+    signal_delay_s: int = 15
+    kill_on_bad_exit: bool = True  # a failed rank ends the job's other ranks at once
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    srun_args: list[str] = field(default_factory=list)
+    poll_interval_s: float = 1.0
+    max_poll_interval_s: float = 15.0
+
+
+@dataclass
+class PlannedJob:
+    idx: int
+    overrides: list[str]
+    sweep_config: DictConfig
+    job_dir: Path
+    config: dict[str, Any]  # the job's resolved config, as result.json records it
+    shape: JobShape | None = None
+    refusal: str | None = None
+    result: dict[str, Any] | None = None  # final result, once known
+    submitit_job: Any = None
+
+
+def _job_value(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, default=getattr(_DEFAULTS, key))
+
+
+def _task_config(cfg: DictConfig) -> DictConfig:
+    """The job's own config (what the task function gets): the composed one minus `hydra`."""
+    task_cfg = copy.deepcopy(cfg)
+    with open_dict(task_cfg):
+        del task_cfg["hydra"]
+    return task_cfg
+
+
+def _preflight(task_cfg: DictConfig) -> tuple[dict[str, Any], list[str]]:
+    """The job's config as result.json records it, and the harness's own refusals.
+
+    A benchmark job (a JobConfig) gets the harness's full pre-flight here, in the
+    submitter, so a config that cannot work never takes an allocation.
+    """
+    try:
+        job_cfg = OmegaConf.to_object(task_cfg)
+    except Exception as e:  # a value of the wrong type: refused like any other bad config
+        return OmegaConf.to_container(task_cfg, resolve=False), [str(e)]  # type: ignore[return-value]
+    if isinstance(job_cfg, JobConfig):
+        from harness.validate import validation_errors
+
+        return asdict(job_cfg), validation_errors(job_cfg, local_devices=None)
+    return OmegaConf.to_container(task_cfg, resolve=True), []  # type: ignore[return-value]
+
+
+def plan_job(
+    hydra_context: HydraContext,
+    config: DictConfig,
+    params: LauncherParams,
+    idx: int,
+    overrides: list[str],
+) -> PlannedJob:
+    """Compose the job's config in the submitter: its directory and its SLURM shape."""
+    sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+    with open_dict(sweep_config.hydra):
+        sweep_config.hydra.job.num = idx
+        # The SLURM job id is not known yet; a subdir must not depend on it.
+        sweep_config.hydra.job.id = f"pending_{idx}"
+    job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+    job_config, errors = _preflight(_task_config(sweep_config))
+    job = PlannedJob(idx, list(overrides), sweep_config, job_dir, job_config)
+    try:
+        device = str(_job_value(sweep_config, "device"))
+        job.shape = job_shape(
+            int(_job_value(sweep_config, "gpus")),
+            int(_job_value(sweep_config, "gpus_per_node")),
+            request_gpus=params.request_gpus and device != "cpu",
+        )
+        time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
+    except ShapeError as e:  # says more than the harness's own check of the same thing
+        errors = [str(e)] + [err for err in errors if "does not split" not in err]
+    if errors:
+        job.refusal = "; ".join(errors)
+    return job
+
+
+def _sbatch_parameters(job: PlannedJob, params: LauncherParams) -> dict[str, Any]:
+    assert job.shape is not None
+    cfg = job.sweep_config
+    srun_args = list(params.srun_args)
+    if params.kill_on_bad_exit:
+        srun_args.append("--kill-on-bad-exit=1")
+    return {
+        "job_name": str(cfg.hydra.job.name),
+        "nodes": job.shape.nodes,
+        "ntasks_per_node": job.shape.tasks_per_node,
+        "gpus_per_node": job.shape.gpus_per_node,
+        "cpus_per_task": params.cpus_per_task,
+        "mem": f"{params.mem_gb}GB" if params.mem_gb else None,
+        "time": params.time_min or time_limit_min(float(_job_value(cfg, "job_timeout_s"))),
+        "partition": params.partition,
+        "account": params.account,
+        "qos": params.qos,
+        "constraint": params.constraint,
+        "exclude": params.exclude,
+        "comment": params.comment,
+        "signal_delay_s": params.signal_delay_s,
+        "additional_parameters": dict(params.additional_parameters) or None,
+        "setup": list(params.setup) or None,
+        "srun_args": srun_args,
+    }
+
+
+def _set_aside_stale_result(job_dir: Path) -> None:
+    """A non-ok result.json of an earlier attempt must not pass for this attempt's verdict."""
+    path = job_dir / RESULT_FILE
+    if path.exists():
+        os.replace(path, job_dir / "result.previous.json")
+    clear_previous_attempt(job_dir)
+
+
+def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
+    """`<job_dir>/slurm.json`: which SLURM job ran this, its shape, and where its logs are."""
+    sj, shape = job.submitit_job, job.shape
+    assert shape is not None
+    write_json_atomic(
+        job.job_dir / SLURM_RECORD,
+        {
+            "job_id": str(sj.job_id),
+            "state": state,
+            "nodes": shape.nodes,
+            "tasks_per_node": shape.tasks_per_node,
+            "gpus_per_node": shape.gpus_per_node,
+            "submission_script": str(sj.paths.submission_file),
+            "stdout": str(sj.paths.stdout).replace("%t", "0"),
+            "stderr": str(sj.paths.stderr).replace("%t", "0"),
+        },
+    )
+
+
+def _job_return(job: PlannedJob) -> JobReturn:
+    ret = JobReturn(
+        overrides=job.overrides,
+        cfg=OmegaConf.create(job.config),
+        hydra_cfg=None,
+        working_dir=str(job.job_dir),
+        task_name=str(job.sweep_config.hydra.job.name),
+        status=JobStatus.COMPLETED,
+    )
+    ret.return_value = job.result
+    return ret
+
+
+def launch_sweep(
+    *,
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    config: DictConfig,
+    params: LauncherParams,
+    job_overrides: list[list[str]],
+    initial_job_idx: int,
+) -> list[JobReturn]:
+    import submitit
+
+    from harness.slurm.task import SlurmRankTask
+
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    log.info(f"SLURM sweep output dir: {sweep_dir}")
+
+    # Plan every job first: nothing is submitted if planning itself breaks.
+    jobs = [
+        plan_job(hydra_context, config, params, initial_job_idx + i, ov)
+        for i, ov in enumerate(job_overrides)
+    ]
+
+    executor = submitit.SlurmExecutor(folder=params.submitit_folder, max_num_timeout=0)
+    task = SlurmRankTask(hydra_context, task_function, config)
+    for job in jobs:
+        desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
+        if _finished_ok(job.job_dir):
+            job.result = read_result(job.job_dir / RESULT_FILE)
+            log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
+            continue
+        if job.refusal is not None:
+            log.error(f"\t{desc}: refused before submission: {job.refusal}")
+            job.result = make_result(status="invalid", config=job.config, error=job.refusal)
+            write_result(job.job_dir, job.result)
+            continue
+        _set_aside_stale_result(job.job_dir)
+        try:
+            executor.update_parameters(**_sbatch_parameters(job, params))
+            job.submitit_job = executor.submit(
+                task, job.overrides, job.idx, str(job.job_dir), Singleton.get_state()
+            )
+        except Exception as e:  # sbatch refused it: a row, and the sweep goes on
+            log.error(f"\t{desc}: submission failed: {e}")
+            job.result = make_result(
+                status="failed", config=job.config, error=f"sbatch refused the job: {e}"
+            )
+            write_result(job.job_dir, job.result)
+            continue
+        shape = job.shape
+        assert shape is not None
+        _write_slurm_record(job, state="SUBMITTED")
+        log.info(
+            f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
+            f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"
+        )
+
+    _wait(jobs, params)
+    return [_job_return(job) for job in jobs]
+
+
+def _wait(jobs: list[PlannedJob], params: LauncherParams) -> None:
+    pending = [j for j in jobs if j.submitit_job is not None]
+    if not pending:
+        return
+    watcher = pending[0].submitit_job.watcher
+    interval = params.poll_interval_s
+    last_sacct = -math.inf
+    while pending:
+        # sacct is cheap here but not on a busy cluster: back off while nothing finishes,
+        # ask at once when a rank 0 has left its result pickle (its job is ending).
+        ending = any(j.submitit_job.task(0).paths.result_pickle.exists() for j in pending)
+        if ending or time.monotonic() - last_sacct >= interval:
+            watcher.update()
+            last_sacct = time.monotonic()
+            interval = (
+                params.poll_interval_s if ending else min(interval * 2, params.max_poll_interval_s)
+            )
+        still = []
+        for job in pending:
+            if watcher.is_done(job.submitit_job.job_id, mode="cache"):
+                _finish(job, watcher.get_state(job.submitit_job.job_id, mode="cache"), params)
+            else:
+                still.append(job)
+        pending = still
+        if pending:
+            time.sleep(params.poll_interval_s)
+
+
+def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
+    sj = job.submitit_job
+    assert job.shape is not None
+    world = job.shape.world_size
+    task_errors: dict[int, str] = {}
+    for r in range(world):
+        sub = sj.task(r)
+        if sub.paths.result_pickle.exists():
+            try:
+                sub.result()
+            except Exception as e:
+                task_errors[r] = str(e)
+    cfg = job.sweep_config
+    job_timeout_s = float(_job_value(cfg, "job_timeout_s"))
+    end = JobEnd(
+        slurm_job_id=str(sj.job_id),
+        slurm_state=slurm_state,
+        world_size=world,
+        job_timeout_s=job_timeout_s,
+        time_limit_min=params.time_min or time_limit_min(job_timeout_s),
+        collective_timeout_s=float(_job_value(cfg, "collective_timeout_s")),
+        task_errors=task_errors,
+    )
+    _write_slurm_record(job, state=slurm_state)
+    result, changed = decide(job.job_dir, job.config, end)
+    job.result = result
+    msg = f"#{job.idx} SLURM job {sj.job_id} ended ({slurm_state}): {result['status']}"
+    if result["status"] == "ok":
+        log.info(msg)
+    else:
+        log.error(f"{msg}: {result.get('error')}" + (" [result.json corrected]" if changed else ""))
