@@ -90,7 +90,8 @@ class YaFSDP:
         self._owner_version = [-1, -1]  # ... and of which version
         self._ready: list[Event] = [DONE, DONE]
         self._resident_ready: Event = DONE
-        self._inflight: list[tuple[Event, torch.Tensor, torch.Tensor, str] | None] = [None, None]
+        # The reduce-scatter reading the staging buffer, and the resident unit's.
+        self._inflight: tuple[Event, torch.Tensor, torch.Tensor, str] | None = None
         self._resident_inflight: tuple[Event, torch.Tensor, torch.Tensor, str] | None = None
         self._waiting_grads: set[int] = set()  # units whose gradients sit in a grad buffer
         self._micro = 0
@@ -299,11 +300,11 @@ class YaFSDP:
         b = self.buffers
         unit = self.layout.units[i]
         self._waiting_grads.discard(i)
-        self._fold(k)
-        staging = b.staging[k][: unit.padded_numel]
+        self._fold(resident=False)
+        staging = b.staging[: unit.padded_numel]
         staging.copy_(b.grad[k][: unit.padded_numel])
-        out = b.rs_out[k][: unit.shard_numel] if b.rs_out is not None else None
-        self._inflight[k] = self._launch_reduce_scatter(
+        out = b.rs_out[: unit.shard_numel] if b.rs_out is not None else None
+        self._inflight = self._launch_reduce_scatter(
             unit.name, out, staging, b.master_grad[b.master_shard(unit)]
         )
 
@@ -324,19 +325,19 @@ class YaFSDP:
         self._log("reduce_scatter", name)
         return event, result[0], dst, name
 
-    def _fold(self, k: int | None) -> None:
-        """Wait for the reduce-scatter on staging k (None: resident); add it to the master grad."""
-        pending = self._resident_inflight if k is None else self._inflight[k]
+    def _fold(self, resident: bool) -> None:
+        """Wait for the unit (or resident) reduce-scatter in flight; add it to the master grad."""
+        pending = self._resident_inflight if resident else self._inflight
         if pending is None:
             return
         event, result, dst, name = pending
         with record_function(f"yafsdp.wait.reduce_scatter.{name}"):
             event.wait()
         dst.add_(result)
-        if k is None:
+        if resident:
             self._resident_inflight = None
         else:
-            self._inflight[k] = None
+            self._inflight = None
 
     def _end_backward(self) -> None:
         self._close_range()
@@ -351,9 +352,8 @@ class YaFSDP:
             self._resident_inflight = self._launch_reduce_scatter(
                 res.name, b.resident_rs_out, b.resident_staging, b.resident_master_grad
             )
-        self._fold(0)
-        self._fold(1)
-        self._fold(None)
+        self._fold(resident=False)
+        self._fold(resident=True)
         if last:
             # The one division of the step: the reduction above was a plain sum.
             b.master_grad.div_(self.world_size * self.grad_accum_steps)

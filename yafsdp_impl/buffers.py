@@ -4,8 +4,9 @@ Unsharded weights: two buffers sized to the largest unit (unit i uses buffer i %
 one for the resident norm/extra unit. Unsharded gradients: the same shape, in the param
 dtype. Sharded state: one flat fp32 master per group (units, resident) with a
 preallocated fp32 grad, plus its param-dtype copy that feeds the all-gathers. Staging:
-reduce-dtype copies of the gradient buffers that the reduce-scatter reads, so that a
-gradient buffer is free again as soon as it is copied.
+one reduce-dtype copy of a gradient buffer that the reduce-scatter reads, so that the
+gradient buffer is free again as soon as it is copied (one unit's reduce-scatter is in
+flight at a time; it has the next unit's backward to finish).
 """
 
 from __future__ import annotations
@@ -47,13 +48,11 @@ class Buffers:
             self.resident_master.data if same else empty(layout.resident.shard_numel, param_dtype)
         )
 
-        self.staging = [empty(big, reduce_dtype) for _ in range(2)]
+        self.staging = empty(big, reduce_dtype)
         # The resident unit's gradients accumulate here across micro-batches, reduced once.
         self.resident_staging = empty(res, reduce_dtype)
         max_shard = max(u.shard_numel for u in layout.units)
-        self.rs_out = (
-            [empty(max_shard, reduce_dtype) for _ in range(2)] if native_reduce_scatter else None
-        )
+        self.rs_out = empty(max_shard, reduce_dtype) if native_reduce_scatter else None
         self.resident_rs_out = (
             empty(layout.resident.shard_numel, reduce_dtype) if native_reduce_scatter else None
         )
@@ -68,9 +67,9 @@ class Buffers:
 
     def bytes_by_class(self) -> dict[str, int]:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
-        staging = [*self.staging, self.resident_staging]
+        staging = [self.staging, self.resident_staging]
         if self.rs_out is not None:
-            staging += [*self.rs_out, self.resident_rs_out]
+            staging += [self.rs_out, self.resident_rs_out]
         if self.lowp is not self.master.data:
             staging += [self.lowp, self.resident_lowp]
         return {
