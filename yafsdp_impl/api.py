@@ -114,8 +114,8 @@ class YaFSDP:
         return self.module(*args, **kwargs)
 
     def parameters(self) -> list[nn.Parameter]:
-        """The flat fp32 master shards: what the optimizer updates."""
-        return [self.buffers.master, self.buffers.resident_master]
+        """The fp32 master shards, one flat parameter per unit: what the optimizer updates."""
+        return list(self.buffers.master_params)
 
     @property
     def collective_log(self) -> list[tuple[str, str]]:
@@ -172,8 +172,8 @@ class YaFSDP:
     def _load_module_values(self, values: dict[str, torch.Tensor]) -> None:
         b = self.buffers
         for u in self.layout.units:
-            copy_into_shard(u, self.rank, values, b.master.data[b.master_shard(u)])
-        copy_into_shard(self.layout.resident, self.rank, values, b.resident_master.data)
+            copy_into_shard(u, self.rank, values, b.master[b.master_shard(u)])
+        copy_into_shard(self.layout.resident, self.rank, values, b.resident_master)
 
     @torch.no_grad()
     def _place_frozen_and_buffers(self) -> None:
@@ -232,9 +232,9 @@ class YaFSDP:
     def _copy_master_to_lowp(self) -> None:
         """The once-per-step param-dtype copy of the master shards that the gathers read."""
         b = self.buffers
-        if b.lowp is not b.master.data:
-            b.lowp.copy_(b.master.data)
-            b.resident_lowp.copy_(b.resident_master.data)
+        if b.lowp is not b.master:
+            b.lowp.copy_(b.master)
+            b.resident_lowp.copy_(b.resident_master)
 
     def _gather(self, i: int) -> None:
         k = i % 2
