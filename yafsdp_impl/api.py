@@ -99,9 +99,9 @@ class YaFSDP:
         self._in_backward = False
         self._range: Any = None  # the open record_function of the current unit
 
-        self._handles = [module.register_forward_pre_hook(lambda m, a: self._on_root_forward())]
+        module.register_forward_pre_hook(lambda m, a: self._on_root_forward())
         for i in range(len(units)):
-            self._handles += register_unit_hooks(
+            register_unit_hooks(
                 units[i],
                 functools.partial(self._pre_forward, i),
                 self._close_range,
