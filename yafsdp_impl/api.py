@@ -90,7 +90,8 @@ class YaFSDP:
         self._owner_version = [-1, -1]  # ... and of which version
         self._ready: list[Event] = [DONE, DONE]
         self._resident_ready: Event = DONE
-        self._inflight: list[tuple[Event, torch.Tensor, torch.Tensor, str] | None] = [None, None]
+        # The reduce-scatter reading the staging buffer, and the resident unit's.
+        self._inflight: tuple[Event, torch.Tensor, torch.Tensor, str] | None = None
         self._resident_inflight: tuple[Event, torch.Tensor, torch.Tensor, str] | None = None
         self._waiting_grads: set[int] = set()  # units whose gradients sit in a grad buffer
         self._micro = 0
@@ -98,9 +99,9 @@ class YaFSDP:
         self._in_backward = False
         self._range: Any = None  # the open record_function of the current unit
 
-        self._handles = [module.register_forward_pre_hook(lambda m, a: self._on_root_forward())]
+        module.register_forward_pre_hook(lambda m, a: self._on_root_forward())
         for i in range(len(units)):
-            self._handles += register_unit_hooks(
+            register_unit_hooks(
                 units[i],
                 functools.partial(self._pre_forward, i),
                 self._close_range,
@@ -113,8 +114,8 @@ class YaFSDP:
         return self.module(*args, **kwargs)
 
     def parameters(self) -> list[nn.Parameter]:
-        """The flat fp32 master shards: what the optimizer updates."""
-        return [self.buffers.master, self.buffers.resident_master]
+        """The fp32 master shards, one flat parameter per unit: what the optimizer updates."""
+        return list(self.buffers.master_params)
 
     @property
     def collective_log(self) -> list[tuple[str, str]]:
@@ -171,8 +172,8 @@ class YaFSDP:
     def _load_module_values(self, values: dict[str, torch.Tensor]) -> None:
         b = self.buffers
         for u in self.layout.units:
-            copy_into_shard(u, self.rank, values, b.master.data[b.master_shard(u)])
-        copy_into_shard(self.layout.resident, self.rank, values, b.resident_master.data)
+            copy_into_shard(u, self.rank, values, b.master[b.master_shard(u)])
+        copy_into_shard(self.layout.resident, self.rank, values, b.resident_master)
 
     @torch.no_grad()
     def _place_frozen_and_buffers(self) -> None:
@@ -231,9 +232,9 @@ class YaFSDP:
     def _copy_master_to_lowp(self) -> None:
         """The once-per-step param-dtype copy of the master shards that the gathers read."""
         b = self.buffers
-        if b.lowp is not b.master.data:
-            b.lowp.copy_(b.master.data)
-            b.resident_lowp.copy_(b.resident_master.data)
+        if b.lowp is not b.master:
+            b.lowp.copy_(b.master)
+            b.resident_lowp.copy_(b.resident_master)
 
     def _gather(self, i: int) -> None:
         k = i % 2
@@ -299,11 +300,11 @@ class YaFSDP:
         b = self.buffers
         unit = self.layout.units[i]
         self._waiting_grads.discard(i)
-        self._fold(k)
-        staging = b.staging[k][: unit.padded_numel]
+        self._fold(resident=False)
+        staging = b.staging[: unit.padded_numel]
         staging.copy_(b.grad[k][: unit.padded_numel])
-        out = b.rs_out[k][: unit.shard_numel] if b.rs_out is not None else None
-        self._inflight[k] = self._launch_reduce_scatter(
+        out = b.rs_out[: unit.shard_numel] if b.rs_out is not None else None
+        self._inflight = self._launch_reduce_scatter(
             unit.name, out, staging, b.master_grad[b.master_shard(unit)]
         )
 
@@ -324,19 +325,19 @@ class YaFSDP:
         self._log("reduce_scatter", name)
         return event, result[0], dst, name
 
-    def _fold(self, k: int | None) -> None:
-        """Wait for the reduce-scatter on staging k (None: resident); add it to the master grad."""
-        pending = self._resident_inflight if k is None else self._inflight[k]
+    def _fold(self, resident: bool) -> None:
+        """Wait for the unit (or resident) reduce-scatter in flight; add it to the master grad."""
+        pending = self._resident_inflight if resident else self._inflight
         if pending is None:
             return
         event, result, dst, name = pending
         with record_function(f"yafsdp.wait.reduce_scatter.{name}"):
             event.wait()
         dst.add_(result)
-        if k is None:
+        if resident:
             self._resident_inflight = None
         else:
-            self._inflight[k] = None
+            self._inflight = None
 
     def _end_backward(self) -> None:
         self._close_range()
@@ -351,9 +352,8 @@ class YaFSDP:
             self._resident_inflight = self._launch_reduce_scatter(
                 res.name, b.resident_rs_out, b.resident_staging, b.resident_master_grad
             )
-        self._fold(0)
-        self._fold(1)
-        self._fold(None)
+        self._fold(resident=False)
+        self._fold(resident=True)
         if last:
             # The one division of the step: the reduction above was a plain sum.
             b.master_grad.div_(self.world_size * self.grad_accum_steps)

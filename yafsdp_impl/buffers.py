@@ -2,10 +2,13 @@
 
 Unsharded weights: two buffers sized to the largest unit (unit i uses buffer i % 2) and
 one for the resident norm/extra unit. Unsharded gradients: the same shape, in the param
-dtype. Sharded state: one flat fp32 master per group (units, resident) with a
-preallocated fp32 grad, plus its param-dtype copy that feeds the all-gathers. Staging:
-reduce-dtype copies of the gradient buffers that the reduce-scatter reads, so that a
-gradient buffer is free again as soon as it is copied.
+dtype. Sharded state: one flat fp32 master tensor per group (units, resident) with a
+preallocated fp32 grad, plus its param-dtype copy that feeds the all-gathers. The
+optimizer sees one flat parameter per unit, each a view of the flat master: a non-fused
+optimizer's temporaries are then bounded by one unit's shard, not by the whole shard. Staging:
+one reduce-dtype copy of a gradient buffer that the reduce-scatter reads, so that the
+gradient buffer is free again as soon as it is copied (one unit's reduce-scatter is in
+flight at a time; it has the next unit's backward to finish).
 """
 
 from __future__ import annotations
@@ -34,44 +37,47 @@ class Buffers:
         self.resident_weight = empty(res, param_dtype)
         self.resident_grad = empty(res, param_dtype)
 
-        self.master = nn.Parameter(empty(layout.master_numel, torch.float32))
-        self.resident_master = nn.Parameter(empty(layout.resident.shard_numel, torch.float32))
+        self.master = empty(layout.master_numel, torch.float32)
+        self.resident_master = empty(layout.resident.shard_numel, torch.float32)
         self.master_grad = empty(layout.master_numel, torch.float32)
         self.resident_master_grad = empty(layout.resident.shard_numel, torch.float32)
+        pieces = [(self.master, self.master_grad, self.master_shard(u)) for u in layout.units]
+        pieces.append((self.resident_master, self.resident_master_grad, slice(0, None)))
+        self.master_params = [nn.Parameter(_alias(m, sl.start, m[sl].shape)) for m, _, sl in pieces]
+        self._master_grad_views = [g[sl] for _, g, sl in pieces]
         self.attach_master_grads()
 
         # The all-gather input; with an fp32 param dtype the master itself serves.
         same = param_dtype == torch.float32
-        self.lowp = self.master.data if same else empty(layout.master_numel, param_dtype)
+        self.lowp = self.master if same else empty(layout.master_numel, param_dtype)
         self.resident_lowp = (
-            self.resident_master.data if same else empty(layout.resident.shard_numel, param_dtype)
+            self.resident_master if same else empty(layout.resident.shard_numel, param_dtype)
         )
 
-        self.staging = [empty(big, reduce_dtype) for _ in range(2)]
+        self.staging = empty(big, reduce_dtype)
         # The resident unit's gradients accumulate here across micro-batches, reduced once.
         self.resident_staging = empty(res, reduce_dtype)
         max_shard = max(u.shard_numel for u in layout.units)
-        self.rs_out = (
-            [empty(max_shard, reduce_dtype) for _ in range(2)] if native_reduce_scatter else None
-        )
+        self.rs_out = empty(max_shard, reduce_dtype) if native_reduce_scatter else None
         self.resident_rs_out = (
             empty(layout.resident.shard_numel, reduce_dtype) if native_reduce_scatter else None
         )
 
     def attach_master_grads(self) -> None:
         """Put the preallocated grads back (an optimizer's zero_grad may have set them to None)."""
-        self.master.grad = self.master_grad
-        self.resident_master.grad = self.resident_master_grad
+        for p, g in zip(self.master_params, self._master_grad_views, strict=True):
+            if p.grad is not g:
+                p.grad = g
 
     def master_shard(self, unit: UnitLayout) -> slice:
         return slice(unit.master_offset, unit.master_offset + unit.shard_numel)
 
     def bytes_by_class(self) -> dict[str, int]:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
-        staging = [*self.staging, self.resident_staging]
+        staging = [self.staging, self.resident_staging]
         if self.rs_out is not None:
-            staging += [*self.rs_out, self.resident_rs_out]
-        if self.lowp is not self.master.data:
+            staging += [self.rs_out, self.resident_rs_out]
+        if self.lowp is not self.master:
             staging += [self.lowp, self.resident_lowp]
         return {
             "weights": nbytes([*self.weight, self.resident_weight]),

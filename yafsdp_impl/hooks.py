@@ -48,7 +48,7 @@ def register_unit_hooks(
     pre_forward: Callable[[], None],
     post_forward: Callable[[], None],
     pre_backward: Callable[[], None],
-) -> list[Any]:
+) -> None:
     def _pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
         pre_forward()
 
@@ -56,7 +56,5 @@ def register_unit_hooks(
         post_forward()
         return before_backward(output, pre_backward)
 
-    return [
-        unit.register_forward_pre_hook(_pre, with_kwargs=True),
-        unit.register_forward_hook(_post, with_kwargs=True),
-    ]
+    unit.register_forward_pre_hook(_pre, with_kwargs=True)
+    unit.register_forward_hook(_post, with_kwargs=True)

@@ -38,7 +38,7 @@ def full_state_dict(engine: YaFSDP) -> dict[str, torch.Tensor]:
     Frozen parameters are reported as held: replicated in the param dtype, cast to fp32.
     """
     b = engine.buffers
-    out = _gather_named(engine, b.master.data, b.resident_master.data)
+    out = _gather_named(engine, b.master, b.resident_master)
     for s in engine.layout.frozen:
         out[s.name] = s.module._parameters[s.attr].detach().float().cpu().clone()
     return dict(sorted(out.items()))
@@ -55,8 +55,8 @@ def load_full_state_dict(engine: YaFSDP, sd: dict[str, torch.Tensor]) -> None:
     """Load weights keyed by original names: each rank keeps only its shard."""
     b = engine.buffers
     for u in engine.layout.units:
-        copy_into_shard(u, engine.rank, sd, b.master.data[b.master_shard(u)])
-    copy_into_shard(engine.layout.resident, engine.rank, sd, b.resident_master.data)
+        copy_into_shard(u, engine.rank, sd, b.master[b.master_shard(u)])
+    copy_into_shard(engine.layout.resident, engine.rank, sd, b.resident_master)
     for s in engine.layout.frozen:
         s.module._parameters[s.attr].copy_(sd[s.name])
     engine._step_open = False  # the next forward re-gathers from the new master
@@ -68,8 +68,8 @@ def local_state_dict(engine: YaFSDP) -> dict[str, Any]:
     return {
         "world_size": engine.world_size,
         "rank": engine.rank,
-        "master": b.master.detach().clone(),
-        "resident_master": b.resident_master.detach().clone(),
+        "master": b.master.clone(),
+        "resident_master": b.resident_master.clone(),
     }
 
 
@@ -91,19 +91,23 @@ def full_optim_state_dict(
     """Per-parameter optimizer state (e.g. AdamW's exp_avg) keyed by original names.
 
     The optimizer's own `state_dict()` is already the local sharded one: it holds state for
-    the two flat master parameters only.
+    the engine's flat master parameters only. Scalar state (a step count) is shared.
     """
-    master, resident = engine.parameters()
-    ms, rs = optimizer.state.get(master, {}), optimizer.state.get(resident, {})
+    *units, resident = engine.parameters()
+    states = [optimizer.state.get(p, {}) for p in units]
+    res_state = optimizer.state.get(resident, {})
     out: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in ms.items():
-        if isinstance(value, torch.Tensor) and value.shape == master.shape:
-            for name, t in _gather_named(engine, value, rs[key]).items():
-                out.setdefault(name, {})[key] = t
+    for key, value in res_state.items():
+        if isinstance(value, torch.Tensor) and value.shape == resident.shape:
+            flat = torch.cat([st[key] for st in states])
+            named = _gather_named(engine, flat, value)
         else:
-            for s in [
-                *engine.layout.resident.slots,
-                *(x for u in engine.layout.units for x in u.slots),
-            ]:
-                out.setdefault(s.name, {})[key] = value
+            named = dict.fromkeys(_all_names(engine), value)
+        for name, t in named.items():
+            out.setdefault(name, {})[key] = t
     return dict(sorted(out.items()))
+
+
+def _all_names(engine: YaFSDP) -> list[str]:
+    units = [*engine.layout.units, engine.layout.resident]
+    return [s.name for u in units for s in u.slots]
