@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +34,10 @@ class YaFSDP:
         grad_accum_steps: backward passes per optimizer step.
         ckpt_units: activation checkpointing: the first N units, or the given unit modules.
         device: where the engine's buffers live (default: the module's device, or CUDA).
+        init_fn: for a module built on the meta device, init_fn(name, shape) returns the
+            full initial value of parameter `name`. It is called one parameter at a time and
+            only for parameters that overlap this rank's shards, so the full model is never
+            materialised.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class YaFSDP:
         grad_accum_steps: int = 1,
         ckpt_units: int | Sequence[nn.Module] = 0,
         device: torch.device | str | None = None,
+        init_fn: Callable[[str, torch.Size], torch.Tensor] | None = None,
     ) -> None:
         units = list(units)
         if not units:
@@ -70,7 +75,8 @@ class YaFSDP:
             reduce_dtype=reduce_dtype,
             native_reduce_scatter=collectives.has_native_reduce_scatter(self.group),
         )
-        self._load_module_values(dict(module.named_parameters()))
+        self._init_fn = init_fn
+        self._load_module_values(_initial_values(module, init_fn, self.device))
         self._grad_views = [
             bind_views(u, self.buffers.weight[i % 2], self.buffers.grad[i % 2])
             for i, u in enumerate(self.layout.units)
@@ -169,7 +175,7 @@ class YaFSDP:
     # ---- construction -----------------------------------------------------------------
 
     @torch.no_grad()
-    def _load_module_values(self, values: dict[str, torch.Tensor]) -> None:
+    def _load_module_values(self, values: Mapping[str, torch.Tensor]) -> None:
         b = self.buffers
         for u in self.layout.units:
             copy_into_shard(u, self.rank, values, b.master[b.master_shard(u)])
@@ -178,7 +184,10 @@ class YaFSDP:
     @torch.no_grad()
     def _place_frozen_and_buffers(self) -> None:
         for s in self.layout.frozen:
-            value = s.module._parameters[s.attr].to(self.device, self.param_dtype)
+            value = s.module._parameters[s.attr]
+            if value.is_meta and self._init_fn is not None:
+                value = self._init_fn(s.name, s.shape)
+            value = value.to(self.device, self.param_dtype)
             s.module._parameters[s.attr] = nn.Parameter(value, requires_grad=False)
         for m in self.module.modules():
             for k, buf in m._buffers.items():
@@ -368,6 +377,39 @@ class YaFSDP:
 
 def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+class _LazyValues(Mapping[str, torch.Tensor]):
+    """Parameter values computed on demand by `init_fn`, one at a time."""
+
+    def __init__(self, init_fn: Callable[[str, torch.Size], torch.Tensor], shapes: dict) -> None:
+        self._init_fn, self._shapes = init_fn, shapes
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._init_fn(name, self._shapes[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+
+def _initial_values(
+    module: nn.Module,
+    init_fn: Callable[[str, torch.Size], torch.Tensor] | None,
+    device: torch.device,
+) -> Mapping[str, torch.Tensor]:
+    params = dict(module.named_parameters())
+    if init_fn is not None:
+        return _LazyValues(init_fn, {name: p.shape for name, p in params.items()})
+    meta = [name for name, p in params.items() if p.is_meta]
+    if meta and device.type != "meta":
+        raise ValueError(
+            f"parameters {meta[:3]} are on the meta device: pass init_fn(name, shape) to "
+            "initialise them shard by shard, or materialise the module first"
+        )
+    return params
 
 
 def _default_device(module: nn.Module) -> torch.device:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -125,7 +126,7 @@ def build_layout(root: nn.Module, units: list[nn.Module], world_size: int) -> La
 
 @torch.no_grad()
 def copy_into_shard(
-    unit: UnitLayout, rank: int, values: dict[str, torch.Tensor], shard: torch.Tensor
+    unit: UnitLayout, rank: int, values: Mapping[str, torch.Tensor], shard: torch.Tensor
 ) -> None:
     """Write this rank's slice of the unit's flat vector into `shard`, padding as zeros.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from harness.engines.base import RunContext, Wrapped
-from harness.init import init_weights
+from harness.init import initial_value
 from yafsdp_impl import YaFSDP
 
 
@@ -18,9 +18,8 @@ class YaFSDPEngine:
     name = "yafsdp"
 
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
-        # Materialise the full model once on every rank; the engine keeps only its shards.
-        model.to_empty(device=ctx.device)
-        init_weights(model, ctx.seed)
+        # The model stays on the meta device: the engine asks for each parameter's initial
+        # value only where it overlaps this rank's shards, so no rank holds the full model.
         engine = YaFSDP(
             model,
             [model.tok_embeddings, *model.layers, model.output],
@@ -29,6 +28,7 @@ class YaFSDPEngine:
             grad_accum_steps=ctx.grad_accum,
             ckpt_units=list(model.layers[: ctx.ckpt_layers]),
             device=ctx.device,
+            init_fn=lambda name, shape: initial_value(name, shape, ctx.seed, ctx.device),
         )
         return Wrapped(
             module=engine.module,

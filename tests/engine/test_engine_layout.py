@@ -101,3 +101,36 @@ def test_norms_and_outside_params_are_resident(fake_world: int) -> None:
     in_units = [s.name for u in engine.layout.units for s in u.slots]
     assert not any("ln" in n for n in in_units) and "blocks.0.fc.bias" in in_units
     assert [s.name for s in engine.layout.frozen] == ["logit_scale"]
+
+
+@pytest.mark.parametrize("fake_world", [4], indirect=True)
+def test_meta_module_is_initialised_shard_by_shard(fake_world: int) -> None:
+    """With init_fn, a meta-device model is never materialised: only the parameters that
+    overlap this rank's shards are computed, and the shards hold exactly their values."""
+    from harness.init import initial_value
+
+    model = build_model("llama_tiny")  # meta
+    names = [n for n, _ in model.named_parameters()]
+    asked: list[str] = []
+
+    def init_fn(name: str, shape: torch.Size) -> torch.Tensor:
+        asked.append(name)
+        return initial_value(name, shape, 0)
+
+    engine = YaFSDP(
+        model, [model.tok_embeddings, *model.layers, model.output],
+        param_dtype=torch.float32, device="cpu", init_fn=init_fn,
+    )  # fmt: skip
+    assert len(asked) == len(set(asked)), "each parameter is computed at most once"
+    assert 0 < len(asked) < len(names), "rank 0 of 4 needs only the parameters it shards"
+    full = {
+        n: initial_value(n, p.shape, 0) for n, p in build_model("llama_tiny").named_parameters()
+    }
+    for unit in engine.layout.units:
+        start, end = unit.shard_range(0)
+        flat = torch.cat([full[s.name].reshape(-1) for s in unit.slots])
+        flat = torch.nn.functional.pad(flat, (0, unit.padded_numel - flat.numel()))
+        shard = engine.buffers.master.data[
+            unit.master_offset : unit.master_offset + unit.shard_numel
+        ]
+        assert torch.equal(shard, flat[start:end]), unit.name
