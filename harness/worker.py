@@ -177,7 +177,7 @@ def train(
         "peak_memory_reserved_bytes": reserved,
         "peak_rss_bytes": rss,
         "memory_source": "cuda-allocator" if device.type == "cuda" else "profiler-cpu-allocations",
-        "memory_breakdown": state["wrapped"].memory_breakdown(),
+        "memory_breakdown": state["wrapped"].memory_breakdown(state["optimizer"]),
         "losses": mean_losses.tolist(),
         "loss_steps": list(range(len(losses))),
     }

@@ -33,6 +33,10 @@ class RunContext:
     cfg: EngineConfig
 
 
+def no_breakdown(optimizer: torch.optim.Optimizer) -> None:
+    return None
+
+
 @dataclass(kw_only=True)
 class Wrapped:
     """What the training loop drives. Hooks default to doing nothing.
@@ -53,7 +57,9 @@ class Wrapped:
     before_micro_batch: Callable[[int], None] = lambda micro_idx: None
     after_backward: Callable[[], None] = lambda: None
     after_step: Callable[[], None] = lambda: None
-    memory_breakdown: Callable[[], dict[str, int] | None] = lambda: None
+    # Bytes this rank holds by class (weights, grads, master, staging, optimizer), given the
+    # optimizer built on `params`; None where the engine cannot tell.
+    memory_breakdown: Callable[[torch.optim.Optimizer], dict[str, int] | None] = no_breakdown
 
 
 class Engine(Protocol):

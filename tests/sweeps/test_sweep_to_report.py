@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,6 +27,11 @@ def test_tiny_sweep_ends_in_a_report(tmp_path: Path) -> None:
     table = rows(sweep)
     assert [r["status"] for r in table] == ["ok", "ok"]
     assert all(float(r["profile_overlap_pct"]) >= 0 for r in table)
+    # yafsdp says where its memory goes, the optimizer's AdamW moments included: two fp32
+    # tensors the size of the master shard, as many bytes as master weights + master grads
+    # (plus one 4-byte step counter per flat parameter).
+    breakdown = json.loads(next(r for r in table if r["engine"] == "yafsdp")["memory_breakdown"])
+    assert 0 <= breakdown["optimizer"] - breakdown["master"] < 1024, breakdown
 
     out = tmp_path / "report"
     report = subprocess.run(
