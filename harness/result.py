@@ -9,6 +9,8 @@ Layout (schema_version 1):
              iteration_time_p90_s, tokens_per_s_per_device, tflops_per_device, mfu,
              peak_flops_per_device, peak_flops_source, flops_per_token,
              peak_memory_allocated_bytes, peak_memory_reserved_bytes, peak_rss_bytes,
+             peak_rss_scope ("timed steps", or "process lifetime" where the OS cannot
+             restart the high-water mark),
              memory_source, memory_breakdown (dict|None), losses (one per step),
     profile  None, or {traces: [paths relative to the job dir], steps: [...], summary: {...}}.
 """

@@ -56,6 +56,7 @@ METRIC_COLUMNS = [
     "peak_memory_allocated_bytes",
     "peak_memory_reserved_bytes",
     "peak_rss_bytes",
+    "peak_rss_scope",
     "memory_source",
 ]
 # Non-scalar metrics, stored as JSON text so that the CSV stays one row per job.

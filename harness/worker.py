@@ -20,7 +20,7 @@ from harness.data import token_batch
 from harness.engines import DTYPES, RunContext, get_engine
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
-from harness.memory import check_limit, cpu_peak_allocated, peak_rss_bytes
+from harness.memory import check_limit, cpu_peak_allocated, peak_rss_bytes, reset_peak_rss
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from harness.rank_outcome import write_rank_outcome
@@ -135,6 +135,9 @@ def train(
     for s in range(memory_steps, cfg.warmup_steps):
         train_step(s)
 
+    # RSS is measured over the timed steps alone: the memory tracking above holds every
+    # allocation event, hundreds of MiB for an engine that allocates per collective.
+    rss_scope = "timed steps" if reset_peak_rss() else "process lifetime"
     step_times: list[float] = []
     for s in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
         _synchronize(device)
@@ -142,6 +145,7 @@ def train(
         train_step(s)
         _synchronize(device)
         step_times.append(time.perf_counter() - start)
+    peak_rss = peak_rss_bytes()
 
     profile = _capture_profile(cfg, job_dir, rank, world_size, device, train_step)
 
@@ -151,7 +155,7 @@ def train(
     mean_losses = torch.stack(losses).to(torch.float64)
     dist.all_reduce(mean_losses)
     mean_losses /= world_size
-    peaks = _peaks(device, peak_allocated)
+    peaks = _peaks(device, peak_allocated, peak_rss)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
     if rank != 0:
         return None
@@ -176,6 +180,7 @@ def train(
         "peak_memory_allocated_bytes": allocated,
         "peak_memory_reserved_bytes": reserved,
         "peak_rss_bytes": rss,
+        "peak_rss_scope": rss_scope,
         "memory_source": "cuda-allocator" if device.type == "cuda" else "profiler-cpu-allocations",
         "memory_breakdown": state["wrapped"].memory_breakdown(state["optimizer"]),
         "losses": mean_losses.tolist(),
@@ -196,13 +201,13 @@ def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str
     return metrics.measure_matmul_peak_flops(cfg.dtype), f"measured {cfg.dtype} matmul on CPU"
 
 
-def _peaks(device: torch.device, cpu_allocated: int | None) -> torch.Tensor:
+def _peaks(device: torch.device, cpu_allocated: int | None, rss: int) -> torch.Tensor:
     """[allocated, reserved, rss] peaks of this rank; -1 where unknown."""
     if device.type == "cuda":
         values = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
     else:
         values = [cpu_allocated if cpu_allocated is not None else -1, -1]
-    return torch.tensor(values + [peak_rss_bytes()], dtype=torch.float64, device=device)
+    return torch.tensor(values + [rss], dtype=torch.float64, device=device)
 
 
 def _capture_profile(cfg, job_dir, rank, world_size, device, train_step) -> dict[str, Any] | None:

@@ -345,7 +345,9 @@ class _Report:
         )
         self.add(
             "Per rank. *allocated*/*reserved*: the CUDA caching allocator's peaks on GPU, or "
-            "what the named source measured on CPU; *RSS*: the process's resident set. "
+            "what the named source measured on CPU; *RSS*: the process's resident-set peak "
+            "over the timed steps (what the allocator kept from the OS, fragmentation "
+            "included; on CPU the counterpart of *reserved*). "
             "*vs YaFSDP* compares the allocated peak (RSS where no allocated peak exists) "
             "with YaFSDP's at the same grid point."
         )

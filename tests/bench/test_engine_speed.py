@@ -58,6 +58,8 @@ def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
                 row = {
                     "iteration_s": m["iteration_time_s"],
                     "peak_gib": m["peak_memory_allocated_bytes"] / 2**30,
+                    "rss_gib": m["peak_rss_bytes"] / 2**30,
+                    "breakdown": m["memory_breakdown"],
                 }
                 old = best.get((engine, seq))
                 if old is None or row["iteration_s"] < old["iteration_s"]:
@@ -72,10 +74,17 @@ def test_yafsdp_speed_and_memory(benchmark, tmp_path: Path) -> None:
     for (engine, seq), row in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ratio_fsdp2 = row["iteration_s"] / best[("fsdp2", seq)]["iteration_s"]
         ratio_local = row["iteration_s"] / best[("local", seq)]["iteration_s"]
-        rows.append([seq, engine, row["iteration_s"], ratio_fsdp2, ratio_local, row["peak_gib"]])
+        rows.append(
+            [seq, engine, row["iteration_s"], ratio_fsdp2, ratio_local, row["peak_gib"]]
+            + [row["rss_gib"]]
+        )
         benchmark.extra_info[f"{engine}_{seq}"] = row
     print()
-    print(tabulate(rows, headers=["seq", "engine", "iter s", "/fsdp2", "/local", "peak GiB"]))
+    header = ["seq", "engine", "iter s", "/fsdp2", "/local", "peak GiB", "RSS GiB"]
+    print(tabulate(rows, headers=header))
+    for seq in SEQ_LENS:
+        mib = {k: round(v / 2**20, 1) for k, v in best[("yafsdp", seq)]["breakdown"].items()}
+        print(f"yafsdp engine-held MiB at seq {seq}: {mib}")
     for seq in SEQ_LENS:
         ya, f2 = best[("yafsdp", seq)], best[("fsdp2", seq)]
         assert ya["iteration_s"] <= 0.85 * f2["iteration_s"], f"seq {seq}: yafsdp vs fsdp2"

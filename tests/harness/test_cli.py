@@ -72,6 +72,8 @@ def test_one_job_writes_a_complete_result(tmp_path: Path) -> None:
     assert metrics["tokens_per_s_per_device"] == pytest.approx(128 / median)
     assert 0 < metrics["mfu"] < 1
     assert metrics["peak_memory_allocated_bytes"] > 1_311_872 * 4  # at least the fp32 model
+    if sys.platform.startswith("linux"):
+        assert metrics["peak_rss_scope"] == "timed steps"
     # Every rank recorded how it ended.
     outcomes = sorted((tmp_path / "ranks").glob("rank*.json"))
     assert [json.loads(p.read_text())["status"] for p in outcomes] == ["ok", "ok"]
