@@ -56,7 +56,12 @@ PROFILE_HEADERS = {
     PROFILE_PREFIX + "exposed_comm_s_per_step": "exposed comm / step (s)",
     PROFILE_PREFIX + "comm_s_per_step": "comm / step (s)",
     PROFILE_PREFIX + "compute_s_per_step": "compute / step (s)",
+    PROFILE_PREFIX + "idle_s_per_step": "idle / step (s)",
+    PROFILE_PREFIX + "memcpy_s_per_step": "memory copies / step (s)",
+    PROFILE_PREFIX + "window_s_per_step": "profiled step (s)",
 }
+# harness.trace.timeline names one picture per grid point <model>_g<gpus>_s<seq>_c<ckpt>.png
+SWEEP_TIMELINE_RE = re.compile(r"^(?P<model>.+)_g(?P<gpus>\d+)_s(?P<seq>\d+)_c(?P<ckpt>\d+)\.png$")
 ENV_GROUP = ["torch", "cuda", "nccl", "backend", "device_name", "git_revision"]
 
 
@@ -496,7 +501,7 @@ class _Report:
             dest = dest_dir / f"{i:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', src.name)}"
             shutil.copyfile(src, dest)
             if row is None:
-                caption = f"sweep timeline `{src.name}`"
+                caption = _sweep_timeline_caption(src.name)
             else:
                 caption = f"{point_label(match_key(row))}, {row['engine']}: `{src.name}`"
             self.add(f"**{caption}**\n\n![{src.name}]({self._rel(dest)})")
@@ -610,3 +615,13 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
     path = out_dir / REPORT_FILE
     path.write_text(text)
     return path
+
+
+def _sweep_timeline_caption(file_name: str) -> str:
+    m = SWEEP_TIMELINE_RE.match(file_name)
+    if m is None:
+        return f"sweep timeline `{file_name}`"
+    return (
+        f"{m['model']}, {m['gpus']} GPUs, seq-len {m['seq']}, {m['ckpt']} checkpointed "
+        "layers: every engine, one profiled step on the same time scale"
+    )

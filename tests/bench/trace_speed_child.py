@@ -4,15 +4,22 @@ python tests/bench/trace_speed_child.py <trace>
 """
 
 import json
+import re
 import resource
 import sys
 import time
+from pathlib import Path
 
 from harness.trace import summarize_trace
 
 
 def _rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process's peak RSS. VmHWM belongs to the address space that exec created;
+    ru_maxrss survives exec on Linux, so it would report the parent's (pytest's) peak."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        return int(re.search(r"^VmHWM:\s+(\d+) kB", status.read_text(), re.M).group(1)) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # macOS: bytes
 
 
 if __name__ == "__main__":

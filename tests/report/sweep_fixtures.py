@@ -113,6 +113,7 @@ def write_job(
                     "overlap_pct": overlap_pct,
                     "exposed_comm_s_per_step": 0.01,
                     "comm_s_per_step": 0.02,
+                    "idle_s_per_step": 0.005,
                 },
             }
     result = make_result(

@@ -241,9 +241,9 @@ def test_figures_and_timelines_are_embedded_with_relative_links(
     sweep: Path, tmp_path: Path
 ) -> None:
     (sweep / "timelines").mkdir()
-    (sweep / "timelines" / "overview.png").write_bytes(
-        (sweep / "0/traces/timeline.png").read_bytes()
-    )
+    png = (sweep / "0/traces/timeline.png").read_bytes()
+    (sweep / "timelines" / "overview.png").write_bytes(png)
+    (sweep / "timelines" / "llama_tiny_g2_s128_c1.png").write_bytes(png)  # as a sweep names it
     out = tmp_path / "out"
     text = build_report([sweep], out).read_text()
     links = [ln.split("](")[1].rstrip(")") for ln in text.splitlines() if ln.startswith("![")]
@@ -252,11 +252,17 @@ def test_figures_and_timelines_are_embedded_with_relative_links(
         "figures/speedup_fsdp2.png",
         "figures/peak_memory.png",
         "timelines/000_timeline.png",
-        "timelines/001_overview.png",
+        "timelines/001_llama_tiny_g2_s128_c1.png",
+        "timelines/002_overview.png",
     ]
     for link in links:
         assert (out / link).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**llama_tiny, 2 GPUs, seq 128, ckpt 0, yafsdp: `timeline.png`**" in text
+    assert (
+        "**llama_tiny, 2 GPUs, seq-len 128, 1 checkpointed layers: every engine, one profiled "
+        "step on the same time scale**"
+    ) in text
+    assert "**sweep timeline `overview.png`**" in text
 
 
 def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> None:
@@ -271,9 +277,10 @@ def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> N
     assert "| yafsdp | 200.0 MiB | — | 900.0 MiB | profiler allocations | (reference) |" in text
     assert "| yafsdp | 128.0 | 0.000128 | 1.23% | 0.2 (measured CPU matmul) |" in text
     overlap = text.split("## Communication overlap")[1].split("\n## ")[0]
-    assert "| engine | overlap % | exposed comm / step (s) | comm / step (s) | traces |" in overlap
-    assert "| fsdp2 | 0.0 | 0.01 | 0.02 | `1/traces/` |" in overlap
-    assert "| yafsdp | 80.0 | 0.01 | 0.02 | `0/traces/` |" in overlap
+    header = "| engine | overlap % | exposed comm / step (s) | comm / step (s) | idle / step (s) |"
+    assert header + " traces |" in overlap
+    assert "| fsdp2 | 0.0 | 0.01 | 0.02 | 0.005 | `1/traces/` |" in overlap
+    assert "| yafsdp | 80.0 | 0.01 | 0.02 | 0.005 | `0/traces/` |" in overlap
     env = text.split("## Environment")[1]
     assert "| 2.13.0+cpu | — | — | gloo | cpu | abc1234 | 2 | node1 | 1 |" in env
     assert "| 2.13.0+cpu | — | — | gloo | cpu | def5678 | 2 | node1 | 1 |" in env
