@@ -32,6 +32,7 @@ from harness.report.compare import (
     value,
 )
 from harness.results import POINT_COLUMNS, PROFILE_PREFIX, collect_results
+from harness.trace.timeline import parse_sweep_timeline_name
 
 REPORT_FILE = "report.md"
 PUBLISHED_HEADER = [
@@ -60,8 +61,6 @@ PROFILE_HEADERS = {
     PROFILE_PREFIX + "memcpy_s_per_step": "memory copies / step (s)",
     PROFILE_PREFIX + "window_s_per_step": "profiled step (s)",
 }
-# harness.trace.timeline names one picture per grid point <model>_g<gpus>_s<seq>_c<ckpt>.png
-SWEEP_TIMELINE_RE = re.compile(r"^(?P<model>.+)_g(?P<gpus>\d+)_s(?P<seq>\d+)_c(?P<ckpt>\d+)\.png$")
 ENV_GROUP = ["torch", "cuda", "nccl", "backend", "device_name", "git_revision"]
 
 
@@ -618,10 +617,11 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
 
 
 def _sweep_timeline_caption(file_name: str) -> str:
-    m = SWEEP_TIMELINE_RE.match(file_name)
-    if m is None:
+    point = parse_sweep_timeline_name(file_name)
+    if point is None:
         return f"sweep timeline `{file_name}`"
     return (
-        f"{m['model']}, {m['gpus']} GPUs, seq-len {m['seq']}, {m['ckpt']} checkpointed "
-        "layers: every engine, one profiled step on the same time scale"
+        f"{point['model']}, {point['gpus']} GPUs, seq-len {point['seq_len']}, "
+        f"{point['ckpt_layers']} checkpointed layers: every engine, one profiled step on the "
+        "same time scale"
     )

@@ -3,6 +3,7 @@ communication streams (threads on CPU), engines stacked on one shared time axis.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -116,6 +117,22 @@ def plot_timeline(
     return out
 
 
+_SWEEP_TIMELINE_RE = re.compile(
+    r"^(?P<model>.+)_g(?P<gpus>\d+)_s(?P<seq_len>\d+)_c(?P<ckpt_layers>\d+)\.png$"
+)
+
+
+def sweep_timeline_name(model: str, gpus: int, seq_len: int, ckpt_layers: int) -> str:
+    """The file name of a grid point's picture in <sweep>/timelines/."""
+    return f"{model}_g{gpus}_s{seq_len}_c{ckpt_layers}.png"
+
+
+def parse_sweep_timeline_name(name: str) -> dict[str, str] | None:
+    """The grid point a `sweep_timeline_name` names (model, gpus, seq_len, ckpt_layers)."""
+    m = _SWEEP_TIMELINE_RE.match(name)
+    return m.groupdict() if m else None
+
+
 def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
     """One picture per grid point of a sweep, its engines side by side, in <sweep>/timelines/.
 
@@ -130,7 +147,7 @@ def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
     written = []
     for point, group in traced.groupby(list(POINT_COLUMNS), sort=True):
         model, gpus, seq_len, ckpt = point[:4]
-        name = f"{model}_g{gpus}_s{seq_len}_c{ckpt}.png"
+        name = sweep_timeline_name(model, gpus, seq_len, ckpt)
         job_dirs = [sweep_dir / d for d in group.sort_values("engine")["job_dir"]]
         try:
             written.append(plot_timeline(job_dirs, out_dir / name))
