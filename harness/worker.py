@@ -20,11 +20,12 @@ from harness.data import token_batch
 from harness.engines import DTYPES, RunContext, get_engine
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
-from harness.memory import check_limit, cpu_peak_allocated, peak_rss_bytes, reset_peak_rss
+from harness.memory import check_limit, cpu_peak_allocated
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from harness.rank_outcome import write_rank_outcome
 from harness.result import make_result, write_result
+from harness.rss import peak_rss_bytes, reset_peak_rss
 
 
 def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from harness.memory import peak_rss_bytes, reset_peak_rss
+from harness.rss import peak_rss_bytes, reset_peak_rss
 
 MIB = 2**20
 
