@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-ENGINES = ("local", "fsdp1", "fsdp2", "yafsdp")
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
+# torch.optim.AdamW's implementations; every engine steps with the same one.
+ADAMW_IMPLS = ("fused", "foreach", "for-loop")
 
 
 @dataclass(kw_only=True)
@@ -22,7 +23,9 @@ class EngineConfig:
     label: str = "local"
     reduce_dtype: str = "fp32"
     async_unshard: bool = False  # fsdp2 only: asynchronous unshard plus explicit prefetch
-    options: dict[str, Any] = field(default_factory=dict)  # engine-specific extras
+    # Reduce gradients after every micro-batch, as the published engines did. fsdp2 alone
+    # can instead keep unsharded gradients and reduce once, after the last micro-batch.
+    sync_every_micro_batch: bool = True
 
 
 @dataclass(kw_only=True)
@@ -57,6 +60,8 @@ class JobConfig:
     steps: int = 5
     seed: int = 0
     lr: float = 3e-4
+    adamw_impl: str = "fused"  # one of ADAMW_IMPLS, the same for every engine
+    clip_grad_norm: float = 1.0  # max global gradient L2 norm, inside the timed step; 0: off
     device: str = "auto"  # auto: cuda when present, else cpu with gloo
     threads_per_rank: int = 0  # 0: cores / ranks on CPU
     gpus_per_node: int = 8
@@ -70,9 +75,18 @@ class JobConfig:
 
 
 def config_from_dict(data: dict[str, Any]) -> JobConfig:
-    """Rebuild a JobConfig from its `asdict` form (as stored in result.json)."""
-    data = dict(data)
-    data["engine"] = EngineConfig(**data.get("engine", {}))
-    data["profile"] = ProfileConfig(**data.get("profile", {}))
-    data["fault"] = FaultConfig(**data.get("fault", {}))
+    """Rebuild a JobConfig from its `asdict` form (as stored in result.json).
+
+    Keys this version does not know (a field since removed) are dropped; missing ones
+    take today's defaults.
+    """
+
+    def known(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+        names = {f.name for f in fields(cls)}
+        return {k: v for k, v in values.items() if k in names}
+
+    data = known(JobConfig, data)
+    data["engine"] = EngineConfig(**known(EngineConfig, data.get("engine", {})))
+    data["profile"] = ProfileConfig(**known(ProfileConfig, data.get("profile", {})))
+    data["fault"] = FaultConfig(**known(FaultConfig, data.get("fault", {})))
     return JobConfig(**data)

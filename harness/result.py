@@ -12,7 +12,13 @@ Layout (schema_version 1):
              peak_rss_scope ("timed steps", or "process lifetime" where the OS cannot
              restart the high-water mark),
              memory_source, memory_breakdown (dict|None), losses (one per step),
-    profile  None, or {traces: [paths relative to the job dir], steps: [...], summary: {...}}.
+             grad_norms (the global gradient norm of each step before clipping, warm-up
+             included; None when clipping is off),
+    profile  None, or {traces: [paths relative to the job dir], steps: [...], summary: {...}},
+    engine_settings  the engine's effective settings, flat (None for a job that never
+             built its engine): its own (for fsdp2 `groups` and `reshard_after_forward`,
+             for fsdp1 `use_orig_params`, prefetch and dtypes, for yafsdp `units`) plus
+             clip_grad_norm, optimizer and ckpt_layers.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ def make_result(
     env: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
     profile: dict[str, Any] | None = None,
+    engine_settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if status not in STATUSES:
         raise ValueError(f"status={status!r}; expected one of {STATUSES}")
@@ -66,6 +73,7 @@ def make_result(
         "env": env or {},
         "metrics": metrics or {},
         "profile": profile,
+        "engine_settings": engine_settings,
     }
 
 

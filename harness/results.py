@@ -60,7 +60,9 @@ METRIC_COLUMNS = [
     "memory_source",
 ]
 # Non-scalar metrics, stored as JSON text so that the CSV stays one row per job.
-JSON_METRICS = ["losses", "step_times_s", "memory_breakdown"]
+JSON_METRICS = ["losses", "grad_norms", "step_times_s", "memory_breakdown"]
+# The engine's effective settings (result.json `engine_settings`), one JSON cell per job.
+ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
 LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
 
@@ -106,6 +108,8 @@ def _row(result: dict[str, Any], job_dir: str) -> dict[str, Any]:
     for key, value in env.items():
         if _is_scalar(value):
             row[key] = value
+    if result.get(ENGINE_SETTINGS) is not None:
+        row[ENGINE_SETTINGS] = json.dumps(result[ENGINE_SETTINGS])
     return row
 
 
@@ -123,7 +127,7 @@ def _ordered_columns(columns: list[str]) -> list[str]:
     head = [c for c in first if c in present]
     profile = sorted(c for c in present if c.startswith(PROFILE_PREFIX))
     env = [c for c in ENV_COLUMNS if c in present]
-    tail_json = [c for c in JSON_METRICS if c in present]
+    tail_json = [c for c in [*JSON_METRICS, ENGINE_SETTINGS] if c in present]
     placed = set(head) | set(profile) | set(env) | set(tail_json)
     rest = sorted(present - placed)
     return head + rest + profile + env + tail_json

@@ -5,7 +5,8 @@ Every message names the field and says what to change.
 
 from __future__ import annotations
 
-from harness.config import DEVICES, DTYPES, ENGINES, FAULT_KINDS, JobConfig
+from harness.config import ADAMW_IMPLS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
+from harness.engines.registry import ADAPTER_NAMES
 from harness.models.shapes import MODEL_SHAPES
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
@@ -25,9 +26,20 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     errors: list[str] = []
     if cfg.model not in MODEL_SHAPES:
         errors.append(f"model={cfg.model!r} is unknown; choose one of: {', '.join(MODEL_SHAPES)}")
-    if cfg.engine.name not in ENGINES:
+    if cfg.engine.name not in ADAPTER_NAMES:
         errors.append(
-            f"engine.name={cfg.engine.name!r} is unknown; choose one of: {', '.join(ENGINES)}"
+            f"engine.name={cfg.engine.name!r} is unknown; choose one of: {', '.join(ADAPTER_NAMES)}"
+        )
+    if cfg.adamw_impl not in ADAMW_IMPLS:
+        errors.append(
+            f"adamw_impl={cfg.adamw_impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}"
+        )
+    if not cfg.clip_grad_norm >= 0:
+        errors.append(f"clip_grad_norm={cfg.clip_grad_norm} must be 0 (off) or a positive norm")
+    if not cfg.engine.sync_every_micro_batch and cfg.engine.name != "fsdp2":
+        errors.append(
+            f"engine.sync_every_micro_batch=false is offered by fsdp2 only, not "
+            f"{cfg.engine.name}; drop it, or use engine=fsdp2"
         )
     for field, value in (("dtype", cfg.dtype), ("engine.reduce_dtype", cfg.engine.reduce_dtype)):
         if value not in DTYPES:

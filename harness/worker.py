@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from harness import metrics
 from harness.config import JobConfig
 from harness.data import token_batch
-from harness.engines import DTYPES, RunContext, get_engine
+from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers
+from harness.engines.registry import get_engine
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
 from harness.memory import check_limit, cpu_peak_allocated
@@ -26,6 +26,7 @@ from harness.models.shapes import get_shape
 from harness.rank_outcome import write_rank_outcome
 from harness.result import make_result, write_result
 from harness.rss import peak_rss_bytes, reset_peak_rss
+from harness.train_step import build_optimizer, optimizer_description, train_step
 
 
 def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
@@ -87,20 +88,22 @@ def train(
         cfg=cfg.engine,
     )
     losses: list[torch.Tensor] = []
+    grad_norms: list[torch.Tensor] = []
     state: dict[str, Any] = {}
 
     def build() -> None:
-        wrapped = get_engine(cfg.engine.name).wrap(build_model(shape, device="meta"), ctx)
+        model = build_model(shape, device="meta")
+        # Checkpoint the block, then shard it: one place, the same for every engine.
+        checkpoint_first_layers(model.layers, cfg.ckpt_layers)
+        wrapped = get_engine(cfg.engine.name).wrap(model, ctx)
         state["wrapped"] = wrapped
-        state["optimizer"] = torch.optim.AdamW(wrapped.params, lr=cfg.lr, weight_decay=0.0)
+        state["optimizer"] = build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
 
-    def train_step(step: int) -> None:
-        wrapped, optimizer = state["wrapped"], state["optimizer"]
+    def run_step(step: int) -> None:
         maybe_inject(cfg.fault, rank=rank, step=step)
-        step_loss = torch.zeros((), device=device)
-        for micro in range(cfg.grad_accum):
-            wrapped.before_micro_batch(micro)
-            inputs, targets = token_batch(
+
+        def batch(micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return token_batch(
                 seed=cfg.seed,
                 step=step,
                 micro=micro,
@@ -110,15 +113,17 @@ def train(
                 vocab=shape.vocab_size,
                 device=device,
             )
-            logits = wrapped.module(inputs)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-            (loss * wrapped.loss_scale).backward()
-            step_loss += loss.detach() / cfg.grad_accum
-        wrapped.after_backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-        wrapped.after_step()
-        losses.append(step_loss)
+
+        loss, grad_norm = train_step(
+            state["wrapped"],
+            state["optimizer"],
+            batch,
+            grad_accum=cfg.grad_accum,
+            clip_grad_norm=cfg.clip_grad_norm,
+        )
+        losses.append(loss)
+        if grad_norm is not None:
+            grad_norms.append(grad_norm.detach().to(torch.float64).reshape(()))
         check_limit(cfg.memory_limit_gb, device)
 
     # The allocator's peak on CPU is only knowable from the profiler's allocation events,
@@ -126,15 +131,15 @@ def train(
     memory_steps = min(cfg.warmup_steps, 2)
     if device.type == "cpu":
         _, peak_allocated = cpu_peak_allocated(
-            lambda: [build()] + [train_step(s) for s in range(memory_steps)]
+            lambda: [build()] + [run_step(s) for s in range(memory_steps)]
         )
     else:
         build()
         for s in range(memory_steps):
-            train_step(s)
+            run_step(s)
         peak_allocated = None
     for s in range(memory_steps, cfg.warmup_steps):
-        train_step(s)
+        run_step(s)
 
     # RSS is measured over the timed steps alone: the memory tracking above holds every
     # allocation event, hundreds of MiB for an engine that allocates per collective.
@@ -143,12 +148,12 @@ def train(
     for s in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
         _synchronize(device)
         start = time.perf_counter()
-        train_step(s)
+        run_step(s)
         _synchronize(device)
         step_times.append(time.perf_counter() - start)
     peak_rss = peak_rss_bytes()
 
-    profile = _capture_profile(cfg, job_dir, rank, world_size, device, train_step)
+    profile = _capture_profile(cfg, job_dir, rank, world_size, device, run_step)
 
     # Reduce across ranks once, outside the timed region.
     slowest = torch.tensor(step_times, dtype=torch.float64, device=device)
@@ -186,13 +191,33 @@ def train(
         "memory_breakdown": state["wrapped"].memory_breakdown(state["optimizer"]),
         "losses": mean_losses.tolist(),
         "loss_steps": list(range(len(losses))),
+        # Global norms, identical on every rank, so rank 0's are the job's.
+        "grad_norms": torch.stack(grad_norms).tolist() if grad_norms else None,
     }
     env = describe_environment(device=device, world_size=world_size, threads_per_rank=threads)
     result = make_result(
-        status="ok", config=asdict(cfg), env=env, metrics=result_metrics, profile=profile
+        status="ok",
+        config=asdict(cfg),
+        env=env,
+        metrics=result_metrics,
+        profile=profile,
+        engine_settings=engine_settings(cfg, state["wrapped"].settings),
     )
     write_result(job_dir, result)
     return result
+
+
+def engine_settings(cfg: JobConfig, own: dict[str, Any]) -> dict[str, Any]:
+    """The engine's effective settings plus those every engine shares, flat."""
+    return {
+        "engine": cfg.engine.name,
+        **own,
+        "clip_grad_norm": cfg.clip_grad_norm,
+        "optimizer": optimizer_description(cfg.adamw_impl),
+        "ckpt_layers": cfg.ckpt_layers,
+        "ckpt_wrapping": "checkpoint_wrapper(block, NO_REENTRANT) inside the sharded unit",
+        "grad_accum": cfg.grad_accum,
+    }
 
 
 def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str]:

@@ -1,16 +1,17 @@
 """The door every engine comes through: wrap a model for N ranks, hand back what to train.
 
 A new engine is a module with a class that has `name` and `wrap(model, ctx) -> Wrapped`,
-registered in `harness/engines/__init__.py`. The model arrives on the meta device; the
-engine materialises (its share of) it and calls `init_weights` so every engine starts from
-the same weights.
+registered in `harness/engines/registry.py`. The model arrives on the meta device, its
+first `ckpt_layers` blocks already wrapped for activation checkpointing (the same for every
+engine: checkpoint the block, then shard it); the engine materialises (its share of) it and
+initialises it from `harness.init` so every engine starts from the same weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -41,10 +42,12 @@ def no_breakdown(optimizer: torch.optim.Optimizer) -> None:
 class Wrapped:
     """What the training loop drives. Hooks default to doing nothing.
 
-    The loop, per optimizer step:
+    The loop, per optimizer step (`harness.train_step`):
         for i in range(grad_accum):
             before_micro_batch(i); (loss * loss_scale).backward()
-        after_backward(); optimizer.step(); optimizer.zero_grad(); after_step()
+        after_backward(); clip_grad_norm_(max_norm) if clipping
+        optimizer.step(); optimizer.zero_grad(); after_step()
+    `clip_grad_norm_` returns the global gradient norm before clipping (every rank alike).
     `loss_scale` lets an engine that divides once at the end (yafsdp: by P x accumulation)
     and one that averages over ranks per reduction (FSDP: loss_scale = 1 / grad_accum)
     produce the same gradients.
@@ -60,6 +63,8 @@ class Wrapped:
     # Bytes this rank holds by class (weights, grads, master, staging, optimizer), given the
     # optimizer built on `params`; None where the engine cannot tell.
     memory_breakdown: Callable[[torch.optim.Optimizer], dict[str, int] | None] = no_breakdown
+    # The engine's effective settings (result.json `engine_settings`): flat name -> value.
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 class Engine(Protocol):
@@ -69,7 +74,12 @@ class Engine(Protocol):
 
 
 def checkpoint_first_layers(layers: nn.ModuleList, n: int) -> None:
-    """Wrap the first n transformer layers with non-reentrant activation checkpointing."""
+    """Wrap the first n transformer blocks with non-reentrant activation checkpointing.
+
+    Called once, before any engine shards the model, so every engine gets the same
+    structure: sharding outside, checkpointing inside (FSDP(checkpoint(block))), as
+    accelerate and torchtitan apply it.
+    """
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl,
         checkpoint_wrapper,
@@ -77,3 +87,21 @@ def checkpoint_first_layers(layers: nn.ModuleList, n: int) -> None:
 
     for i in range(n):
         layers[i] = checkpoint_wrapper(layers[i], checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip by the global L2 norm as torchtitan does (plain tensors or DTensor shards): one
+    foreach norm, reduced across ranks for DTensors; returns the norm before clipping."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if hasattr(total, "full_tensor"):  # a DTensor partial norm: reduce it across the mesh
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
+
+
+def canonical_module_name(name: str) -> str:
+    """A module's name in the unwrapped model (no checkpoint/FSDP wrapper segments)."""
+    from harness.init import canonical_name
+
+    return canonical_name(name + ".").rstrip(".")

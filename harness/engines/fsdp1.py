@@ -1,16 +1,31 @@
-"""PyTorch FSDP1, configured as the published YaFSDP baseline.
+"""PyTorch FSDP1, configured as the published YaFSDP comparison ran it.
 
-FULL_SHARD per transformer layer (plus the root for embedding, norm and output),
-BACKWARD_PRE prefetch, forward_prefetch, limit_all_gathers, use_orig_params, bf16
-parameters and fp32 gradient reduction.
+That comparison launched the HF Trainer through accelerate 0.27.0 (patched) with
+yandex/YaFSDP's `examples/fsdp_config.yaml`; its patched `run_clm.py` built the FSDP plugin.
+
+| setting | value | source |
+| --- | --- | --- |
+| sharding_strategy | FULL_SHARD | `examples/fsdp_config.yaml` `fsdp_sharding_strategy` |
+| units (auto-wrap) | token embedding, each block, output projection; the root keeps the final norm | `patches/transformers.diff` (`run_clm.py`): `lambda_auto_wrap_policy` on `embed_tokens`, `layers`, `lm_head` |
+| backward_prefetch | BACKWARD_PRE | `fsdp_config.yaml` `fsdp_backward_prefetch` |
+| forward_prefetch | True | `fsdp_config.yaml` `fsdp_forward_prefetch` |
+| limit_all_gathers | True | accelerate 0.27.0 `FullyShardedDataParallelPlugin.limit_all_gathers` default (`utils/dataclasses.py`) |
+| use_orig_params | False | `fsdp_config.yaml` `fsdp_use_orig_params` |
+| sync_module_states | True on GPU; False on CPU, where FSDP1 refuses it (an init-time broadcast, never in the timed step, and every rank initialises identical weights anyway) | `fsdp_config.yaml` `fsdp_sync_module_states` |
+| mixed_precision | param bf16 (job dtype), reduce fp32, buffer None | `run_clm.py` patch: `MixedPrecision(param_dtype=bf16, reduce_dtype=float32, buffer_dtype=None)`. Plain accelerate 0.27 `mixed_precision: bf16` would have given reduce bf16 (`set_mixed_precision`), but it only fills an unset policy, and the patch sets one |
+| activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the FSDP unit | accelerate applies it to the modules under FSDP, so the unit is FSDP(checkpoint(module)) |
+| clipping | `FullyShardedDataParallel.clip_grad_norm_` | what the HF Trainer calls on an FSDP model (`max_grad_norm` default 1.0) |
+| gradient accumulation | reduce-scatter every micro-batch | this project's fairness rule |
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, checkpoint_first_layers
+from harness.engines.base import RunContext, Wrapped, canonical_module_name
 from harness.init import initial_value
 
 
@@ -20,8 +35,11 @@ class FSDP1Engine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
         qualified_names = {module: name for name, module in model.named_modules()}
+        units = [model.tok_embeddings, *model.layers, model.output]
+        unit_ids = {id(m) for m in units}
 
         def materialise(module: nn.Module) -> None:
             # FSDP1 calls this on each meta submodule before flattening it; names are
@@ -36,24 +54,26 @@ class FSDP1Engine:
                     value = initial_value(full, param.shape, ctx.seed, param.device)
                     param.copy_(value.to(param.dtype))
 
+        # FSDP1 broadcasts rank 0's weights at init only for GPU modules.
+        sync_module_states = ctx.device.type == "cuda"
         precision = MixedPrecision(
-            param_dtype=ctx.param_dtype, reduce_dtype=ctx.reduce_dtype, buffer_dtype=ctx.param_dtype
+            param_dtype=ctx.param_dtype, reduce_dtype=ctx.reduce_dtype, buffer_dtype=None
         )
-        common = dict(
+        wrapped = FSDP(
+            model,
+            auto_wrap_policy=functools.partial(
+                lambda_auto_wrap_policy, lambda_fn=lambda m: id(m) in unit_ids
+            ),
             sharding_strategy=ShardingStrategy.FULL_SHARD,
             backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
             forward_prefetch=True,
             limit_all_gathers=True,
-            use_orig_params=True,
+            use_orig_params=False,
             mixed_precision=precision,
             param_init_fn=materialise,
             device_id=ctx.device,
-            sync_module_states=False,
+            sync_module_states=sync_module_states,
         )
-        for i, layer in enumerate(model.layers):
-            model.layers[i] = FSDP(layer, **common)
-        checkpoint_first_layers(model.layers, ctx.ckpt_layers)
-        wrapped = FSDP(model, **common)
         params = list(wrapped.parameters())
 
         return Wrapped(
@@ -63,4 +83,18 @@ class FSDP1Engine:
             # Every micro-batch reduces (FSDP1's no_sync is a context manager the loop does
             # not use); the sum over micro-batches is still the right gradient.
             loss_scale=1.0 / ctx.grad_accum,
+            settings={
+                "units": [canonical_module_name(qualified_names[m]) for m in units] + ["<root>"],
+                "sharding_strategy": "FULL_SHARD",
+                "use_orig_params": False,
+                "backward_prefetch": "BACKWARD_PRE",
+                "forward_prefetch": True,
+                "limit_all_gathers": True,
+                "sync_module_states": sync_module_states,
+                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
+                "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
+                "buffer_dtype": None,
+                "gradient_sync": "every micro-batch",
+                "clip": "FullyShardedDataParallel.clip_grad_norm_",
+            },
         )

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, checkpoint_first_layers
+from harness.engines.base import RunContext, Wrapped, clip_grad_norm
 from harness.init import init_weights
 
 
@@ -22,7 +22,6 @@ class LocalEngine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         model.to_empty(device=ctx.device)
         init_weights(model, ctx.seed)
-        checkpoint_first_layers(model.layers, ctx.ckpt_layers)
         working = [p for p in model.parameters() if p.requires_grad]
         masters = [p.detach().clone().requires_grad_(True) for p in working]
         model.to(ctx.param_dtype)
@@ -45,10 +44,16 @@ class LocalEngine:
         return Wrapped(
             module=model,
             params=masters,
-            clip_grad_norm_=lambda max_norm: torch.nn.utils.clip_grad_norm_(masters, max_norm),
+            clip_grad_norm_=lambda max_norm: clip_grad_norm(masters, max_norm),
             loss_scale=1.0 / ctx.grad_accum,
             after_backward=after_backward,
             after_step=after_step,
+            settings={
+                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
+                "reduce_dtype": "float32",
+                "gradient_sync": "one all-reduce of flat fp32 gradients per step",
+                "clip": "get_total_norm(foreach) + clip_grads_with_norm_ over fp32 masters",
+            },
         )
 
 

@@ -1,15 +1,20 @@
-"""Our YaFSDP engine (`yafsdp_impl`): units = token embedding, each layer, output.
+"""Our YaFSDP engine (`yafsdp_impl`), set up as yandex/YaFSDP's example set it up.
 
-Norm weights go to the engine's resident unit by type; `ckpt_layers` checkpoints the first
-N layer units. The engine sums gradients and divides once by P x accumulation at the end,
-so the loss is not pre-scaled (loss_scale 1).
+| setting | value | source |
+| --- | --- | --- |
+| units | token embedding, each block, output projection | `patches/transformers.diff` (`run_clm.py`): `ya_fsdp_modules_to_wrap_with_names` |
+| resident unit | every norm weight (found by type) plus parameters outside all units, gathered once per step | `ya_fsdp_layer_norm_module_cls` in the same patch |
+| param dtype / reduce dtype | job dtype / fp32 (`engine.reduce_dtype`) | the original class's default `bit16_reduce_scatter=False` |
+| activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |
+| gradient division | summed, divided once by P x accumulation at the end, so the loss is not pre-scaled | the engine's design |
+| clipping | the engine's `clip_grad_norm_`: one all-reduce of the squared shard norms | the engine's API |
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped
+from harness.engines.base import RunContext, Wrapped, canonical_module_name
 from harness.init import initial_value
 from yafsdp_impl import YaFSDP
 
@@ -20,13 +25,15 @@ class YaFSDPEngine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         # The model stays on the meta device: the engine asks for each parameter's initial
         # value only where it overlaps this rank's shards, so no rank holds the full model.
+        units = [model.tok_embeddings, *model.layers, model.output]
+        names = {module: name for name, module in model.named_modules()}
+        unit_names = [names[m] for m in units]
         engine = YaFSDP(
             model,
-            [model.tok_embeddings, *model.layers, model.output],
+            units,
             param_dtype=ctx.param_dtype,
             reduce_dtype=ctx.reduce_dtype,
             grad_accum_steps=ctx.grad_accum,
-            ckpt_units=list(model.layers[: ctx.ckpt_layers]),
             device=ctx.device,
             init_fn=lambda name, shape: initial_value(name, shape, ctx.seed, ctx.device),
         )
@@ -35,4 +42,12 @@ class YaFSDPEngine:
             params=engine.parameters(),
             clip_grad_norm_=engine.clip_grad_norm_,
             memory_breakdown=engine.memory_report,
+            settings={
+                "units": [canonical_module_name(n) for n in unit_names],
+                "resident_unit": "norm weights (by type) and parameters outside every unit",
+                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
+                "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
+                "gradient_sync": "every micro-batch",
+                "clip": "YaFSDP.clip_grad_norm_ (one all-reduce)",
+            },
         )

@@ -14,29 +14,14 @@ from typing import Any
 
 import pandas as pd
 
+from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
+from harness.models.shapes import MODEL_SHAPES
 from harness.results import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 
-YAFSDP = "yafsdp"
-# Baselines in the order their tables appear; fsdp1 is the one the YaFSDP README used.
-BASELINES = ("fsdp1", "fsdp2", "fsdp2_tuned")
-BASELINE_TITLES = {
-    "fsdp1": "FSDP1 (the published baseline: FULL_SHARD, BACKWARD_PRE, forward_prefetch, "
-    "limit_all_gathers, bf16 params, fp32 reduce)",
-    "fsdp2": "FSDP2 (`fully_shard`, default settings; on CPU its collectives run "
-    "synchronously, so it cannot overlap)",
-    "fsdp2_tuned": "tuned FSDP2 (asynchronous unshard plus explicit prefetch)",
-}
-# The YaFSDP README's row order: model family and size, then the grid axes.
-MODEL_ORDER = (
-    "llama2_7b",
-    "llama2_13b",
-    "llama2_34b",
-    "llama2_70b",
-    "llama3_8b",
-    "llama3_70b",
-    "llama_tiny",
-    "llama_small",
-)
+BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
+# The YaFSDP README's row order: the published models by family and size, then the
+# CPU-sized members of the same family, as `harness.models.shapes` lists them.
+MODEL_ORDER = tuple(MODEL_SHAPES)
 STATUS_CELL = {"oom": "OOM", "failed": "failed", "timeout": "timeout", "invalid": "invalid"}
 MISSING = "—"
 
@@ -96,9 +81,7 @@ def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def engine_rank(label: str) -> tuple[int, str]:
-    order = (YAFSDP, *BASELINES)
-    label = str(label)
-    return (order.index(label), "") if label in order else (len(order), label)
+    return engine_order(str(label))
 
 
 def match_key(row: pd.Series) -> tuple:

@@ -31,6 +31,7 @@ from harness.report.compare import (
     speedups,
     value,
 )
+from harness.report.engine_setup import engine_setup_table
 from harness.results import POINT_COLUMNS, PROFILE_PREFIX, collect_results
 from harness.trace.timeline import parse_sweep_timeline_name
 
@@ -272,6 +273,19 @@ class _Report:
                 )
                 if png:
                     self.add(f"![YaFSDP speedup over {baseline}]({self._rel(png)})")
+
+    def engine_setup(self) -> None:
+        self.add("## How each engine was set up")
+        header, rows = engine_setup_table(self.df)
+        if not rows:
+            self.add("No job in these sweeps recorded its engine settings.")
+            return
+        self.add(
+            "Each engine's effective settings, as its jobs recorded them (`engine_settings` "
+            "in result.json). A setting that differs between one engine's jobs lists its "
+            "values, separated by ` / `; `—`: the engine has no such setting."
+        )
+        self.add(md_table(header, rows))
 
     def _figure_path(self, stem: str, setting: tuple, settings: list[tuple]) -> Path:
         if len(settings) > 1:
@@ -571,6 +585,7 @@ class _Report:
     def render(self) -> str:
         self.header()
         self.published_tables()
+        self.engine_setup()
         self.timing()
         self.memory()
         self.throughput()

@@ -1,0 +1,60 @@
+"""One optimizer step, the same work for every engine: the timed unit of every benchmark.
+
+Forward and backward of each micro-batch, the engine's gradient reduction, clipping by
+the global gradient norm, the AdamW step and the engine's post-step work. Nothing here
+reads a value back to the host, so a step's device work is never split by a sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from harness.config import ADAMW_IMPLS
+from harness.engines.base import Wrapped
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], *, lr: float, impl: str
+) -> torch.optim.AdamW:
+    """AdamW with the implementation `impl` (fused, foreach or for-loop), for every engine."""
+    if impl not in ADAMW_IMPLS:
+        raise ValueError(f"adamw_impl={impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}")
+    flags = {"fused": impl == "fused", "foreach": impl == "foreach"}
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, **flags)
+
+
+def optimizer_description(impl: str) -> str:
+    return f"torch.optim.AdamW({impl}, weight_decay=0)"
+
+
+def train_step(
+    wrapped: Wrapped,
+    optimizer: torch.optim.Optimizer,
+    batch: Callable[[int], Batch],
+    *,
+    grad_accum: int,
+    clip_grad_norm: float,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run one step; return its mean loss and the global gradient norm before clipping
+    (None when clipping is off), both still on the device."""
+    step_loss = None
+    for micro in range(grad_accum):
+        wrapped.before_micro_batch(micro)
+        inputs, targets = batch(micro)
+        logits = wrapped.module(inputs)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        (loss * wrapped.loss_scale).backward()
+        part = loss.detach() / grad_accum
+        step_loss = part if step_loss is None else step_loss + part
+    wrapped.after_backward()
+    grad_norm = wrapped.clip_grad_norm_(clip_grad_norm) if clip_grad_norm > 0 else None
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=False)
+    wrapped.after_step()
+    assert step_loss is not None
+    return step_loss, grad_norm

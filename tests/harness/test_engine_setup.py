@@ -1,0 +1,111 @@
+"""Each engine is set up as its own best users run it, and says so: the registry agrees with
+the Hydra configs, FSDP2 is grouped as torchtitan groups it, FSDP1 is the published FSDP1,
+and every job records its effective settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from harness.config import JobConfig, ProfileConfig
+from harness.engines.registry import BASELINES, ENGINES, REFERENCE, YAFSDP
+from harness.models.shapes import get_shape
+from tests.distributed import run_on_ranks
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+def test_every_engine_config_matches_the_registry() -> None:
+    files = {p.stem: yaml.safe_load(p.read_text()) for p in (SWEEPS / "engine").glob("*.yaml")}
+    assert sorted(files) == sorted(ENGINES), "sweeps/engine/*.yaml and the registry differ"
+    for label, spec in ENGINES.items():
+        expected = {k: v for k, v in vars(spec.config()).items()}
+        got = {**vars(JobConfig().engine), **files[label]}
+        assert got == expected, f"sweeps/engine/{label}.yaml disagrees with the registry"
+
+
+def test_registry_orders_yafsdp_first_and_names_the_baselines() -> None:
+    assert list(ENGINES)[0] == YAFSDP
+    assert BASELINES == ("fsdp1", "fsdp2", "fsdp2_tuned")
+    assert REFERENCE in ENGINES and not ENGINES[REFERENCE].baseline
+
+
+def _settings(rank: int, world_size: int, labels: list[str], ckpt: int, root: str) -> list:
+    from harness.worker import train
+
+    out = []
+    for label in labels:
+        cfg = JobConfig(
+            model="llama_tiny",
+            engine=ENGINES[label].config(),
+            gpus=world_size,
+            seq_len=32,
+            ckpt_layers=ckpt,
+            warmup_steps=0,
+            steps=1,
+            profile=ProfileConfig(steps=0),
+            threads_per_rank=1,
+        )
+        result = train(cfg, Path(root) / label, rank, world_size, torch.device("cpu"), 1)
+        out.append(result["engine_settings"] if result else None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("setup")
+    labels = list(ENGINES)
+    settings = run_on_ranks(_settings, 2, labels, 1, str(root))[0]
+    return dict(zip(labels, settings, strict=True))
+
+
+def test_fsdp2_is_grouped_as_torchtitan_groups_it(recorded: dict[str, dict]) -> None:
+    n_layers = get_shape("llama_tiny").n_layers
+    for label in ("fsdp2", "fsdp2_tuned"):
+        s = recorded[label]
+        assert s["groups"] == [
+            ["tok_embeddings"],
+            *[[f"layers.{i}"] for i in range(n_layers)],
+            ["norm", "output"],
+        ]
+        assert s["reshard_after_forward"] == [True] * (1 + n_layers) + [False]
+        assert s["reduce_dtype"] == "float32" and s["gradient_sync"] == "every micro-batch"
+    assert recorded["fsdp2_tuned"]["async_unshard"] and not recorded["fsdp2"]["async_unshard"]
+
+
+def test_fsdp1_is_the_published_fsdp1(recorded: dict[str, dict]) -> None:
+    s = recorded["fsdp1"]
+    blocks = [f"layers.{i}" for i in range(get_shape("llama_tiny").n_layers)]
+    assert s["units"] == ["tok_embeddings", *blocks, "output", "<root>"]
+    assert s["use_orig_params"] is False
+    assert (s["backward_prefetch"], s["forward_prefetch"], s["limit_all_gathers"]) == (
+        "BACKWARD_PRE",
+        True,
+        True,
+    )
+    assert (s["param_dtype"], s["reduce_dtype"]) == ("bfloat16", "float32")
+
+
+def test_every_engine_records_the_shared_settings(recorded: dict[str, dict]) -> None:
+    optimizers = {recorded[label]["optimizer"] for label in ENGINES}
+    assert optimizers == {"torch.optim.AdamW(fused, weight_decay=0)"}
+    for label in ENGINES:
+        s = recorded[label]
+        assert s["clip_grad_norm"] == 1.0 and s["ckpt_layers"] == 1, label
+    blocks = [f"layers.{i}" for i in range(get_shape("llama_tiny").n_layers)]
+    assert recorded[YAFSDP]["units"] == ["tok_embeddings", *blocks, "output"]
+
+
+def test_fsdp2_no_sync_variant_is_fsdp2_only() -> None:
+    from harness.validate import validation_errors
+
+    cfg = JobConfig(engine=ENGINES["fsdp1"].config())
+    cfg.engine.sync_every_micro_batch = False
+    (error,) = validation_errors(cfg)
+    assert "engine.sync_every_micro_batch=false" in error and "engine=fsdp2" in error
+    cfg = JobConfig(engine=ENGINES["fsdp2"].config())
+    cfg.engine.sync_every_micro_batch = False
+    assert validation_errors(cfg) == []
