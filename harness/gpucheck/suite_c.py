@@ -112,6 +112,13 @@ def fsdp1_units(module: torch.nn.Module) -> list[list[str]]:
     return units
 
 
+def byte_mismatches(got: dict[str, int], want: dict[str, int]) -> str:
+    """'' when every class of `want` holds exactly its bytes in `got`, else what differs."""
+    return "; ".join(
+        f"{k}: {got.get(k)} B, arithmetic {v} B" for k, v in want.items() if got.get(k) != v
+    )
+
+
 def measured_bytes(label: str, trainee) -> dict[str, int]:
     w, opt = trainee.wrapped, trainee.optimizer
     if label == "yafsdp":
@@ -172,9 +179,8 @@ def measure(
         param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
         want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes, fsdp1_units=units)
         figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items()}
-        wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
-        detail = "; ".join(f"{k}: {g} B, arithmetic {w} B" for k, (g, w) in wrong.items())
-        return Verdict(not wrong, figures, detail)
+        detail = byte_mismatches(got, want)
+        return Verdict(not detail, figures, detail)
     except torch.OutOfMemoryError as e:
         figures |= {"fits_lent_gpu": False, "oom_in": phase}
         return Verdict(True, figures, f"does not fit the lent GPU ({str(e).splitlines()[0]})")
