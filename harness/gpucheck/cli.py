@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--budget-s",
         type=float,
-        default=240.0,
-        help="suite C's time budget on a GPU; points past it are skipped rows (default 240)",
+        default=180.0,
+        help="suite C's time budget on a GPU; points past it are skipped rows (default 180)",
     )
     return ap.parse_args(argv)
 

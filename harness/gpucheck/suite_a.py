@@ -173,7 +173,9 @@ def check_ordering(device: torch.device) -> Verdict:
         stressed = losses(stressed_t)
     figures = {"sleep_ms": STRESS_SLEEP_S * 1e3, "calm": calm, "stressed": stressed}
     finite = all(x == x for x in stressed)
-    ok = finite and _close(stressed, calm, 1e-4)
+    # Same engine and kernels; bf16 attention backward is not deterministic on GPU, so
+    # the bound is the bf16 parity one. A read of a poisoned buffer gives NaN.
+    ok = finite and _close(stressed, calm, RTOL["bf16"])
     return Verdict(ok, figures, "" if ok else "losses under stress differ from the calm run")
 
 
@@ -300,11 +302,13 @@ def check_trace(t: Trainee, device: torch.device) -> Verdict:
         device_events = events[events["stream"].to_numpy() >= 0]
         unstepped = int((device_events["step"].to_numpy() < 0).sum())
         summary = summarize_trace(path)["summary"]
-        df = TraceAnalysis(
-            trace_dir=str(path.parent), include_last_profiler_step=True
-        ).get_comm_comp_overlap(visualize=False)
-        theirs = float(df["comp_comm_overlap_pctg"].iloc[0])
-    ours = summary["overlap_pct"]
+        ours = summary["overlap_pct"]
+        theirs = None
+        if ours is not None:  # without communication kernels there is nothing to compare
+            df = TraceAnalysis(
+                trace_dir=str(path.parent), include_last_profiler_step=True
+            ).get_comm_comp_overlap(visualize=False)
+            theirs = float(df["comp_comm_overlap_pctg"].iloc[0])
     figures = {
         "device_events": len(device_events),
         "without_step": unstepped,
@@ -317,7 +321,7 @@ def check_trace(t: Trainee, device: torch.device) -> Verdict:
         problems.append(f"{unstepped} device events are in no ProfilerStep")
     if ours is None:
         problems.append("no NCCL kernel in the trace, so there is no overlap to compare")
-    elif abs(ours - theirs) > 0.5:
+    elif theirs is None or abs(ours - theirs) > 0.5:
         problems.append(f"overlap {ours:.2f}% vs HTA {theirs:.2f}%: more than 0.5 points apart")
     return Verdict(not problems, figures, "; ".join(problems))
 

@@ -192,7 +192,7 @@ def measure(
             torch.cuda.empty_cache()
 
 
-def run(device: torch.device, *, reduced: bool, budget_s: float = 420.0) -> list[Check]:
+def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list[Check]:
     """Every point x engine; rows past the time budget are skipped, not dropped."""
     points, engines = reduced_points() if reduced else published_points()
     start = time.monotonic()
