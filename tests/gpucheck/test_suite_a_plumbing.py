@@ -71,3 +71,34 @@ def test_only_forward_gathers_are_delayed(one_rank):
         train_step(t, 1)
     units = get_shape("llama_tiny").n_layers + 2
     assert len(one_rank) == len(delay_model.forward_hiding([0.0] * units)) == units + 1
+
+
+def _trace(**data):
+    base = {"device_events": 10, "without_step": 0, "compute_ms_per_step": 1.0}
+    base.update(comm_ms_per_step=0.0, overlap_pct_ours=None)
+    return lambda t, device: {**base, **data}
+
+
+@pytest.mark.parametrize(
+    "data, results",
+    [
+        ({}, ["pass", "skip"]),  # one-rank NCCL: no comm kernel, nothing to compare
+        ({"overlap_pct_ours": 40.0, "overlap_pct_hta": 40.3}, ["pass", "pass"]),
+        ({"overlap_pct_ours": 40.0, "overlap_pct_hta": 41.0}, ["pass", "fail"]),
+        ({"without_step": 3}, ["fail", "skip"]),
+        ({"overlap_pct_ours": 40.0, "hta_missing": "no hta"}, ["pass", "fail"]),
+    ],
+)
+def test_trace_rows(monkeypatch, data, results):
+    monkeypatch.setattr(suite_a, "capture_trace", _trace(**data))
+    rows = suite_a.trace_checks(lambda: None, CPU)
+    assert [r.result for r in rows] == results
+
+
+def test_a_failed_capture_makes_both_rows_say_so(monkeypatch):
+    def broken(t, device):
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(suite_a, "capture_trace", broken)
+    rows = suite_a.trace_checks(lambda: None, CPU)
+    assert [r.result for r in rows] == ["error", "skip"] and "CUPTI" in rows[0].detail
