@@ -78,6 +78,12 @@ def run_suites(suites: list[str], cuda: bool, budget_s: float) -> list[Check]:
     return rows
 
 
+def _how(suite: str, cuda: bool) -> str:
+    if cuda:
+        return "on the GPU"
+    return "reduced, on CPU" if suite == "C" else "skipped: no CUDA device"
+
+
 def describe(suites: list[str], cuda: bool) -> dict[str, Any]:
     import torch
 
@@ -91,7 +97,9 @@ def describe(suites: list[str], cuda: bool) -> dict[str, Any]:
         "cuda": torch.version.cuda if cuda else None,
         "python": platform.python_version(),
         "git_revision": revision,
-        "suites": {s: {"when": when, "git_revision": revision} for s in suites},
+        "suites": {
+            s: {"when": when, "git_revision": revision, "ran": _how(s, cuda)} for s in suites
+        },
     }
 
 

@@ -60,7 +60,8 @@ def render_markdown(meta: dict[str, Any], rows: Sequence[Check]) -> str:
         f"- torch {meta.get('torch')}, CUDA {meta.get('cuda') or 'none'}, "
         f"python {meta.get('python')}, git {meta.get('git_revision')}",
         *(
-            f"- suite {s}: run {info.get('when')} (git {info.get('git_revision')})"
+            f"- suite {s}: {info.get('ran', 'run')}, {info.get('when')} "
+            f"(git {info.get('git_revision')})"
             for s, info in sorted(meta.get("suites", {}).items())
         ),
         f"- {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skip']} skipped",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -48,15 +49,16 @@ def test_fsdp1_units_must_cover_the_model_once():
 
 
 @pytest.mark.parametrize("p", [8, 64])
-def test_yafsdp_arithmetic_equals_the_engine_on_meta(p):
+@pytest.mark.parametrize("dtype, param_bytes", [(torch.bfloat16, 2), (torch.float32, 4)])
+def test_yafsdp_arithmetic_equals_the_engine_on_meta(p, dtype, param_bytes):
     """The engine's memory_report on the meta device (no memory) at P ranks, rank P-1."""
     dist.init_process_group("fake", store=FakeStore(), rank=p - 1, world_size=p)
     try:
         shape = get_shape("llama_small")
         model = build_model(shape, device="meta")
         units = [model.tok_embeddings, *model.layers, model.output]
-        engine = YaFSDP(model, units, device="meta")
-        want = footprint.yafsdp_bytes(shape, p)
+        engine = YaFSDP(model, units, device="meta", param_dtype=dtype)
+        want = footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes)
         want.pop("optimizer")
         assert engine.memory_report() == want
     finally:
