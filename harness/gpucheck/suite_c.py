@@ -149,7 +149,8 @@ def measure(
     figures: dict[str, Any] = {}
     phase = "build"
     try:
-        if cuda:
+        if cuda:  # retries are a running count: start it at zero for this row
+            torch.cuda.reset_accumulated_memory_stats(device)
             torch.cuda.reset_peak_memory_stats(device)
         trainee = build(
             label, shape, rank=rank, world_size=p, device=device,
