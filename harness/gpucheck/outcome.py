@@ -36,6 +36,7 @@ class Verdict(NamedTuple):
     ok: bool
     figures: dict[str, Any]
     detail: str = ""
+    skipped: bool = False  # the check could not be carried out here (e.g. does not fit)
 
 
 def run_check(suite: str, check: str, proves: str, fn: Callable[[], Verdict]) -> Check:
@@ -57,7 +58,7 @@ def run_check(suite: str, check: str, proves: str, fn: Callable[[], Verdict]) ->
             suite=suite,
             check=check,
             proves=proves,
-            result=PASS if verdict.ok else FAIL,
+            result=SKIP if verdict.skipped else PASS if verdict.ok else FAIL,
             figures=verdict.figures,
             detail=verdict.detail,
         )

@@ -184,7 +184,8 @@ def measure(
         return Verdict(not detail, figures, detail)
     except torch.OutOfMemoryError as e:
         figures |= {"fits_lent_gpu": False, "oom_in": phase}
-        return Verdict(True, figures, f"does not fit the lent GPU ({str(e).splitlines()[0]})")
+        why = f"does not fit this GPU ({str(e).splitlines()[0]})"
+        return Verdict(False, figures, why, skipped=True)
     finally:
         del trainee
         dist.destroy_process_group()

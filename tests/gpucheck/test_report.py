@@ -55,6 +55,8 @@ def test_run_check_turns_exceptions_into_error_rows():
     row = run_check("A", "4 memory", "p", broken)
     assert row.result == ERROR and "KeyError" in row.detail and "no_such_stat" in row.detail
     assert run_check("A", "1", "p", lambda: Verdict(False, {"x": 1}, "why")).result == FAIL
+    big = run_check("C", "8", "p", lambda: Verdict(False, {"fits": False}, "OOM", skipped=True))
+    assert (big.result, big.figures, big.detail) == (SKIP, {"fits": False}, "OOM")
     ok = run_check("A", "1", "p", lambda: Verdict(True, {"x": 1.5}))
     assert (ok.result, ok.figures) == (PASS, {"x": 1.5})
 
