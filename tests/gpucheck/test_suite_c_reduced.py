@@ -32,3 +32,15 @@ def test_sharded_state_shrinks_with_the_world(rows):
         small = by[f"8 llama_small_g8_s4_c1 {engine}"][key]
         large = by[f"8 llama_small_g64_s4_c1 {engine}"][key]
         assert large == pytest.approx(small / 8, rel=0.01), engine
+
+
+def test_a_point_that_does_not_fit_is_a_skipped_row(monkeypatch):
+    def too_big(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(suite_c, "build", too_big)
+    point = suite_c.Point("huge", "llama2_70b", 256, 4096, 50)
+    verdict = suite_c.measure(point, "fsdp1", torch.device("cpu"))
+    assert verdict.skipped and verdict.figures == {"fits_lent_gpu": False, "oom_in": "build"}
+    assert "does not fit" in verdict.detail
+    assert not torch.distributed.is_initialized()  # the fake group is gone for the next row
