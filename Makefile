@@ -56,7 +56,7 @@ gpu-wheels:
 	@du -sh $(WHEELS) && ls $(WHEELS)
 
 gpu-check:
-	@if ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
+	if ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
 		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 			--upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; \
 	fi
