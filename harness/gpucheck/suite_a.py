@@ -4,24 +4,31 @@
 syncs; 4 no engine allocations in steady state, and memory_report() equal to what the
 allocator's snapshot attributes to the engine; 5 a real CUDA trace through harness.trace
 and HolisticTraceAnalysis; 6 overlap made visible by an injected communication delay.
-Only a GPU can run these; nothing here is exercised on CPU.
+Only a GPU can prove these; tests/gpucheck exercises their wrappers on CPU with gloo.
 """
 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from harness.gpucheck import delay_model
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.snapshot import engine_frame, frames_of
+from harness.gpucheck.stress import (
+    cycles_per_second,
+    delayed_forward_gathers,
+    poisoned_collectives,
+    slow_guarded_writes,
+    yafsdp_of,
+)
+from harness.gpucheck.trace_check import TRACE_HTA, TRACE_STEPS, trace_checks
 from harness.gpucheck.training import (
     Trainee,
     batches,
@@ -31,7 +38,6 @@ from harness.gpucheck.training import (
     train_step,
 )
 from harness.models.shapes import ModelShape, get_shape
-from yafsdp_impl import collectives
 
 SMALL = "llama_mini"
 # Llama 2 7B's layer shape with 6 layers: each unit's compute is milliseconds on one GPU,
@@ -46,8 +52,6 @@ STEPS = 3
 # of differently grouped reductions (the CPU parity test's bounds).
 RTOL = {"fp32": 1e-5, "bf16": 1e-3}
 STRESS_SLEEP_S = 2e-3  # per collective and per guarded write: far longer than any of them
-ENGINE_FILES = "yafsdp_impl"
-MODEL_COMPUTE = {"__call__", "_checkpointed"}  # engine frames that run the user's forward
 
 
 @contextmanager
@@ -68,18 +72,6 @@ def losses(t: Trainee, steps: int = STEPS) -> list[float]:
 
 def _close(a: list[float], b: list[float], rtol: float) -> bool:
     return all(abs(x - y) <= rtol * abs(y) for x, y in zip(a, b, strict=True))
-
-
-def cycles_per_second(device: torch.device) -> float:
-    """What `torch.cuda._sleep(cycles)` spins per second on this GPU (clock-dependent)."""
-    cycles = 50_000_000
-    torch.cuda._sleep(cycles // 10)  # wake the clocks
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    torch.cuda.synchronize(device)
-    return cycles / (start.elapsed_time(end) / 1e3)
 
 
 # ---- 1 ---------------------------------------------------------------------------------
@@ -108,58 +100,6 @@ def check_parity(device: torch.device) -> Verdict:
 # ---- 2 ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def poisoned_collectives(sleep_cycles: int) -> Iterator[None]:
-    """Every all-gather and reduce-scatter first fills its output with NaN and sleeps on
-    the communication stream, then runs: compute that does not wait for it reads NaN."""
-    gather, scatter = collectives.all_gather, collectives.reduce_scatter
-
-    def slow_gather(out, shard, group, async_op):
-        out.fill_(float("nan"))
-        torch.cuda._sleep(sleep_cycles)
-        return gather(out, shard, group, async_op)
-
-    def slow_scatter(out, full, group, rank, world_size, async_op):
-        if out is not None:
-            out.fill_(float("nan"))
-        torch.cuda._sleep(sleep_cycles)
-        return scatter(out, full, group, rank, world_size, async_op)
-
-    collectives.all_gather, collectives.reduce_scatter = slow_gather, slow_scatter
-    try:
-        yield
-    finally:
-        collectives.all_gather, collectives.reduce_scatter = gather, scatter
-
-
-def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
-    """Before the compute stream writes the low-precision master copy and the staging
-    buffer (both read by collectives), fill them with NaN and sleep: a collective that
-    does not wait for those writes gathers or reduces NaN."""
-    copy_lowp, reduce_scatter = engine._copy_master_to_lowp, engine._reduce_scatter
-    b = engine.buffers
-
-    def slow_copy() -> None:
-        if b.lowp is not b.master:  # with fp32 weights the gathers read the master itself
-            b.lowp.fill_(float("nan"))
-            b.resident_lowp.fill_(float("nan"))
-        torch.cuda._sleep(sleep_cycles)
-        copy_lowp()
-
-    def slow_reduce_scatter(i: int) -> None:
-        engine._fold(resident=False)  # the previous reduce-scatter has finished reading
-        b.staging.fill_(float("nan"))
-        torch.cuda._sleep(sleep_cycles)
-        reduce_scatter(i)
-
-    engine._copy_master_to_lowp, engine._reduce_scatter = slow_copy, slow_reduce_scatter
-
-
-def _yafsdp_of(t: Trainee) -> Any:
-    """The YaFSDP object behind the adapter (its memory_report is a bound method)."""
-    return t.wrapped.memory_breakdown.__self__
-
-
 def check_ordering(device: torch.device) -> Verdict:
     shape = get_shape(SMALL)
     cycles = int(STRESS_SLEEP_S * cycles_per_second(device))
@@ -169,7 +109,7 @@ def check_ordering(device: torch.device) -> Verdict:
     )  # fmt: skip
     calm = losses(make())
     stressed_t = make()
-    slow_guarded_writes(_yafsdp_of(stressed_t), cycles)
+    slow_guarded_writes(yafsdp_of(stressed_t), cycles)
     with poisoned_collectives(cycles):
         stressed = losses(stressed_t)
     figures = {"sleep_ms": STRESS_SLEEP_S * 1e3, "calm": calm, "stressed": stressed}
@@ -205,26 +145,6 @@ def check_no_syncs(device: torch.device) -> Verdict:
 # ---- 4 ---------------------------------------------------------------------------------
 
 
-def _frames(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    frames = entry.get("frames")
-    if frames is None and entry.get("history"):
-        frames = entry["history"][-1].get("frames")
-    return frames or []
-
-
-def engine_frame(frames: list[dict[str, Any]]) -> str | None:
-    """The engine function that made an allocation, or None when it is model compute or
-    not the engine's at all. Frames run innermost first, as the snapshot records them."""
-    for f in frames:
-        filename = str(f.get("filename", ""))
-        if "harness/models" in filename:
-            return None  # model code nearer the allocation than any engine frame
-        if ENGINE_FILES in filename:
-            name = str(f.get("name", ""))
-            return None if name in MODEL_COMPUTE else f"{Path(filename).name}:{name}"
-    return None
-
-
 def check_steady_state_memory(device: torch.device) -> Verdict:
     history = torch.cuda.memory._record_memory_history
     history(enabled="all", context="all", stacks="python")
@@ -244,17 +164,17 @@ def check_steady_state_memory(device: torch.device) -> Verdict:
     finally:
         history(enabled=None)
     steady = [e for e in snap["device_traces"][index][before:] if e.get("action") == "alloc"]
-    by_engine = [engine_frame(_frames(e)) for e in steady]
+    by_engine = [engine_frame(frames_of(e)) for e in steady]
     offenders = sorted({f for f in by_engine if f})
     live = [
         b
         for seg in snap["segments"]
         for b in seg["blocks"]
         if b.get("state") == "active_allocated"
-        and (engine_frame(_frames(b)) or "").startswith("buffers.py")
+        and (engine_frame(frames_of(b)) or "").startswith("buffers.py")
     ]
     attributed = sum(int(b.get("requested_size", b["size"])) for b in live)
-    reported = sum(_yafsdp_of(t).memory_report().values())
+    reported = sum(yafsdp_of(t).memory_report().values())
     figures = {
         "steady_allocs_total": len(steady),
         "steady_allocs_by_engine": sum(1 for f in by_engine if f),
@@ -276,87 +196,6 @@ def build_probe(device: torch.device) -> Trainee:
     return build(
         "yafsdp", PROBE, rank=0, world_size=1, device=device, dtype="bf16", seq_len=PROBE_SEQ
     )
-
-
-def capture_trace(t: Trainee, device: torch.device) -> dict[str, Any]:
-    """Profile two steps of `t`; our per-step analysis, and HTA's overlap when the trace
-    holds communication kernels (a one-rank NCCL group copies instead of launching one)."""
-    from harness.profiling import capture_profile
-    from harness.trace import summarize_trace
-    from harness.trace.parse import load_trace
-
-    def step(i: int) -> None:
-        train_step(t, 100 + i)
-        torch.cuda.synchronize(device)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = capture_profile(
-            step, steps=2, warmup=1, out_dir=Path(tmp), rank=0, world_size=1, use_cuda=True
-        )
-        assert path is not None
-        events = load_trace(path).events
-        device_events = events[events["stream"].to_numpy() >= 0]
-        summary = summarize_trace(path)["summary"]
-        out: dict[str, Any] = {
-            "device_events": len(device_events),
-            "without_step": int((device_events["step"].to_numpy() < 0).sum()),
-            "comm_ms_per_step": round(summary["comm_s_per_step"] * 1e3, 3),
-            "compute_ms_per_step": round(summary["compute_s_per_step"] * 1e3, 3),
-            "overlap_pct_ours": summary["overlap_pct"],
-        }
-        if summary["overlap_pct"] is not None:
-            try:
-                from hta.trace_analysis import TraceAnalysis
-            except ImportError as e:
-                out["hta_missing"] = (
-                    f"HolisticTraceAnalysis is not importable ({e}): make gpu-wheels"
-                )
-                return out
-            df = TraceAnalysis(
-                trace_dir=str(path.parent), include_last_profiler_step=True
-            ).get_comm_comp_overlap(visualize=False)
-            out["overlap_pct_hta"] = float(df["comp_comm_overlap_pctg"].iloc[0])
-    return out
-
-
-TRACE_STEPS = ("5a trace steps", "every device event of a real CUDA trace falls in a profiler step")
-TRACE_HTA = (
-    "5b overlap vs HTA",
-    "our overlap % on a real CUDA trace equals HTA's get_comm_comp_overlap within 0.5 points",
-)
-
-
-def trace_checks(probe: Callable[[], Trainee], device: torch.device) -> list[Check]:
-    data: dict[str, Any] = {}
-
-    def steps() -> Verdict:
-        data.update(capture_trace(probe(), device))
-        figures = {k: data[k] for k in ("device_events", "without_step", "compute_ms_per_step")}
-        ok = data["without_step"] == 0 and data["device_events"] > 0
-        detail = "" if ok else f"{data['without_step']} device events are in no profiler step"
-        return Verdict(ok, figures, detail)
-
-    def overlap() -> Verdict:
-        if "hta_missing" in data:
-            return Verdict(False, {}, data["hta_missing"])
-        ours, theirs = data["overlap_pct_ours"], data["overlap_pct_hta"]
-        figures = {"overlap_pct_ours": ours, "overlap_pct_hta": theirs}
-        figures["comm_ms_per_step"] = data["comm_ms_per_step"]
-        ok = abs(ours - theirs) <= 0.5
-        return Verdict(ok, figures, "" if ok else "more than 0.5 points apart")
-
-    rows = [run_check("A", *TRACE_STEPS, steps)]
-    if "device_events" not in data:
-        rows.append(skipped("A", *TRACE_HTA, "no trace: 5a did not capture one"))
-    elif data["overlap_pct_ours"] is None:
-        why = (
-            "the trace holds no NCCL kernel (a one-rank NCCL group copies instead of "
-            "launching one): this comparison needs 2 or more GPUs"
-        )
-        rows.append(skipped("A", *TRACE_HTA, why))
-    else:
-        rows.append(run_check("A", *TRACE_HTA, overlap))
-    return rows
 
 
 def unit_forward_times(t: Trainee, steps: int = 3) -> list[float]:
@@ -397,23 +236,6 @@ def median_step_s(t: Trainee, steps: int = 5, first: int = 300) -> float:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
-
-
-@contextmanager
-def delayed_forward_gathers(sleep_cycles: int) -> Iterator[None]:
-    """Sleep on the communication stream before every all-gather issued in forward."""
-    gather = collectives.all_gather
-
-    def slow(out, shard, group, async_op):
-        if torch._C._current_graph_task_id() == -1:  # not inside backward
-            torch.cuda._sleep(sleep_cycles)
-        return gather(out, shard, group, async_op)
-
-    collectives.all_gather = slow
-    try:
-        yield
-    finally:
-        collectives.all_gather = gather
 
 
 def check_delay(t: Trainee, device: torch.device) -> Verdict:

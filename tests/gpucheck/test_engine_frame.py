@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.gpucheck.suite_a import engine_frame
+from harness.gpucheck.snapshot import engine_frame
 
 
 def _f(filename: str, name: str) -> dict:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.gpucheck import delay_model, suite_a
+from harness.gpucheck import delay_model, stress, suite_a, trace_check
 from harness.gpucheck.training import build, train_step
 from harness.models.shapes import get_shape
 from yafsdp_impl import collectives
@@ -41,8 +41,8 @@ def test_stress_leaves_a_correct_engine_exact(one_rank, dtype):
     calm = suite_a.losses(_trainee(dtype=dtype), 2)
     gather, scatter = collectives.all_gather, collectives.reduce_scatter
     t = _trainee(dtype=dtype)
-    suite_a.slow_guarded_writes(suite_a._yafsdp_of(t), 7)
-    with suite_a.poisoned_collectives(7):
+    stress.slow_guarded_writes(stress.yafsdp_of(t), 7)
+    with stress.poisoned_collectives(7):
         stressed = suite_a.losses(t, 2)
     assert stressed == calm
     assert (collectives.all_gather, collectives.reduce_scatter) == (gather, scatter)
@@ -67,7 +67,7 @@ def test_only_forward_gathers_are_delayed(one_rank):
     t = _trainee(grad_accum=1)
     train_step(t, 0)
     one_rank.clear()
-    with suite_a.delayed_forward_gathers(5):
+    with stress.delayed_forward_gathers(5):
         train_step(t, 1)
     units = get_shape("llama_tiny").n_layers + 2
     assert len(one_rank) == len(delay_model.forward_hiding([0.0] * units)) == units + 1
@@ -90,8 +90,8 @@ def _trace(**data):
     ],
 )
 def test_trace_rows(monkeypatch, data, results):
-    monkeypatch.setattr(suite_a, "capture_trace", _trace(**data))
-    rows = suite_a.trace_checks(lambda: None, CPU)
+    monkeypatch.setattr(trace_check, "capture_trace", _trace(**data))
+    rows = trace_check.trace_checks(lambda: None, CPU)
     assert [r.result for r in rows] == results
 
 
@@ -99,6 +99,6 @@ def test_a_failed_capture_makes_both_rows_say_so(monkeypatch):
     def broken(t, device):
         raise RuntimeError("CUPTI unavailable")
 
-    monkeypatch.setattr(suite_a, "capture_trace", broken)
-    rows = suite_a.trace_checks(lambda: None, CPU)
+    monkeypatch.setattr(trace_check, "capture_trace", broken)
+    rows = trace_check.trace_checks(lambda: None, CPU)
     assert [r.result for r in rows] == ["error", "skip"] and "CUPTI" in rows[0].detail
