@@ -99,3 +99,14 @@ def test_without_out_only_the_tree_is_written(tmp_path, monkeypatch):
     paths = write_report({"cuda_device": None}, [_row("C", "8")], tmp_path)
     assert sorted(p.name for p in paths) == [JSON, MARKDOWN]
     assert all(p.parent == tmp_path / "cpu" for p in paths)
+
+
+def test_report_and_arithmetic_import_no_torch(tmp_path):
+    from tests.report.test_no_torch import run_without_torch
+
+    code = (
+        "import harness.gpucheck.report, harness.gpucheck.outcome, "
+        "harness.gpucheck.delay_model, harness.gpucheck.footprint"
+    )
+    proc = run_without_torch(tmp_path, "-c", code)
+    assert proc.returncode == 0, proc.stderr
