@@ -68,14 +68,19 @@ def check_world(world_size: int) -> Verdict:
     return Verdict(not bad, figures, "; ".join(bad))
 
 
+# (name, what it proves) of each row, one per world size
+NAMES = [
+    (
+        f"7 parity on {p} gloo ranks",
+        f"fsdp1, fsdp2, fsdp2_tuned and yafsdp equal local (fp32, rtol {RTOL:g}) with "
+        f"{p} ranks sharing the GPU through gloo: CUDA init paths of every engine",
+    )
+    for p in WORLD_SIZES
+]
+
+
 def run() -> list[Check]:
     return [
-        run_check(
-            "B",
-            f"7 parity on {p} gloo ranks",
-            f"fsdp1, fsdp2, fsdp2_tuned and yafsdp equal local (fp32, rtol {RTOL:g}) with "
-            f"{p} ranks sharing the GPU through gloo: CUDA init paths of every engine",
-            lambda p=p: check_world(p),
-        )
-        for p in WORLD_SIZES
+        run_check("B", name, proves, lambda p=p: check_world(p))
+        for p, (name, proves) in zip(WORLD_SIZES, NAMES, strict=True)
     ]
