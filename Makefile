@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 DEMO_SWEEP ?= multirun/cpu_demo
 DEMO_REPORT ?= reports/cpu_demo
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench lint clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -36,5 +36,32 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# ---- gpu-check on a lent GPU machine (Python 3.12, torch with CUDA, no network) ----------
+# `make gpu-wheels` (here, with network) fetches what that machine lacks into wheels/, all
+# pure Python; carry wheels/ there and run `make gpu-check`. The wheels are installed with
+# --no-deps into a folder of their own, so the machine's torch is never touched.
+WHEELS ?= wheels
+GPU_SITE ?= .gpu-site
+GPU_PYTHON ?= $(shell [ -x $(PY) ] && echo $(PY) || echo python3)
+GPU_CHECK_ARGS ?=
+GPU_WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 submitit==1.5.4 \
+	HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1
+ANTLR_PIN := antlr4-python3-runtime==4.9.3  # published as a source archive only
+
+gpu-wheels:
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		-d $(WHEELS) $(GPU_WHEEL_PINS)
+	python3 -m pip wheel -q --no-deps -w $(WHEELS) $(ANTLR_PIN)
+	@du -sh $(WHEELS) && ls $(WHEELS)
+
+gpu-check:
+	if ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
+		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+			--upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; \
+	fi
+	PYTHONPATH="$(CURDIR)/$(GPU_SITE):$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" \
+		$(GPU_PYTHON) -m harness.gpucheck $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) outputs multirun .pytest_cache $(GPU_SITE)

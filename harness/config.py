@@ -7,6 +7,7 @@ from typing import Any
 
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "nccl", "gloo")
 # torch.optim.AdamW's implementations; every engine steps with the same one.
 ADAMW_IMPLS = ("fused", "foreach", "for-loop")
 
@@ -63,6 +64,7 @@ class JobConfig:
     adamw_impl: str = "fused"  # one of ADAMW_IMPLS, the same for every engine
     clip_grad_norm: float = 1.0  # max global gradient L2 norm, inside the timed step; 0: off
     device: str = "auto"  # auto: cuda when present, else cpu with gloo
+    backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU; gloo is also allowed on CUDA
     threads_per_rank: int = 0  # 0: cores / ranks on CPU
     gpus_per_node: int = 8
     device_memory_gb: float = 0.0  # memory of one device for the fit check; 0: detect locally

@@ -1,0 +1,10 @@
+"""`make gpu-check` / `python -m harness.gpucheck`: prove the CUDA paths on one lent GPU.
+
+Suite A: one GPU, NCCL, world size 1 (parity, stream ordering under stress, no hidden host
+syncs, steady-state allocations, a real CUDA trace, overlap under an injected delay).
+Suite B: 2 and 3 ranks sharing the GPU through gloo (every engine's numerics on CUDA).
+Suite C: per-rank memory at the published world sizes through the fake process group; on
+a machine without CUDA it runs at a reduced size on CPU.
+The report and its arithmetic (`outcome`, `report`, `delay_model`, `footprint`) import no
+torch; the suites do.
+"""

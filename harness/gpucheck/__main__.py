@@ -1,0 +1,3 @@
+from harness.gpucheck.cli import main
+
+raise SystemExit(main())

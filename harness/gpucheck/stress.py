@@ -1,0 +1,99 @@
+"""Suite A's instruments: sleeps on a chosen CUDA stream, collectives that poison their
+output first, and delayed writes to the buffers that collectives read.
+
+The context managers replace `yafsdp_impl.collectives` functions (the engine calls them
+through that module) and restore them on exit; `slow_guarded_writes` replaces two methods
+of one engine instance for good, so use it on an engine built for the check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from harness.gpucheck.training import Trainee
+from yafsdp_impl import collectives
+
+
+def cycles_per_second(device: torch.device) -> float:
+    """What `torch.cuda._sleep(cycles)` spins per second on this GPU (clock-dependent)."""
+    cycles = 50_000_000
+    torch.cuda._sleep(cycles // 10)  # wake the clocks
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize(device)
+    return cycles / (start.elapsed_time(end) / 1e3)
+
+
+@contextmanager
+def poisoned_collectives(sleep_cycles: int) -> Iterator[None]:
+    """Every all-gather and reduce-scatter first fills its output with NaN and sleeps on
+    the communication stream, then runs: compute that does not wait for it reads NaN."""
+    gather, scatter = collectives.all_gather, collectives.reduce_scatter
+
+    def slow_gather(out, shard, group, async_op):
+        out.fill_(float("nan"))
+        torch.cuda._sleep(sleep_cycles)
+        return gather(out, shard, group, async_op)
+
+    def slow_scatter(out, full, group, rank, world_size, async_op):
+        if out is not None:
+            out.fill_(float("nan"))
+        torch.cuda._sleep(sleep_cycles)
+        return scatter(out, full, group, rank, world_size, async_op)
+
+    collectives.all_gather, collectives.reduce_scatter = slow_gather, slow_scatter
+    try:
+        yield
+    finally:
+        collectives.all_gather, collectives.reduce_scatter = gather, scatter
+
+
+def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
+    """Before the compute stream writes the low-precision master copy and the staging
+    buffer (both read by collectives), fill them with NaN and sleep: a collective that
+    does not wait for those writes gathers or reduces NaN."""
+    copy_lowp, reduce_scatter = engine._copy_master_to_lowp, engine._reduce_scatter
+    b = engine.buffers
+
+    def slow_copy() -> None:
+        if b.lowp is not b.master:  # with fp32 weights the gathers read the master itself
+            b.lowp.fill_(float("nan"))
+            b.resident_lowp.fill_(float("nan"))
+        torch.cuda._sleep(sleep_cycles)
+        copy_lowp()
+
+    def slow_reduce_scatter(i: int) -> None:
+        engine._fold(resident=False)  # the previous reduce-scatter has finished reading
+        b.staging.fill_(float("nan"))
+        torch.cuda._sleep(sleep_cycles)
+        reduce_scatter(i)
+
+    engine._copy_master_to_lowp, engine._reduce_scatter = slow_copy, slow_reduce_scatter
+
+
+@contextmanager
+def delayed_forward_gathers(sleep_cycles: int) -> Iterator[None]:
+    """Sleep on the communication stream before every all-gather issued in forward."""
+    gather = collectives.all_gather
+
+    def slow(out, shard, group, async_op):
+        if torch._C._current_graph_task_id() == -1:  # not inside backward
+            torch.cuda._sleep(sleep_cycles)
+        return gather(out, shard, group, async_op)
+
+    collectives.all_gather = slow
+    try:
+        yield
+    finally:
+        collectives.all_gather = gather
+
+
+def yafsdp_of(t: Trainee) -> Any:
+    """The YaFSDP object behind the adapter (its memory_report is a bound method)."""
+    return t.wrapped.memory_breakdown.__self__

@@ -1,0 +1,212 @@
+"""Suite C: one rank of the published world sizes, through the fake process group.
+
+Collectives are no-ops, so values are wrong (FSDP2's loss may be NaN) but every tensor a
+rank allocates is real: each engine's bytes by class are compared with `footprint`'s
+arithmetic, and on CUDA the allocator's peaks over a warm-up and a timed step are
+reported, with the timed step's compute-only time. The last rank is built, as it is the
+one a non-divisible shard leaves short. On a machine without CUDA the same runs on CPU
+with llama_small at world sizes 8 and 64.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.engines.base import DTYPES
+from harness.gpucheck import footprint
+from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.training import build, storage_bytes, train_step
+from harness.init import canonical_name
+from harness.models.shapes import ModelShape, get_shape
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+EXPERIMENT = SWEEPS / "experiment" / "yafsdp_readme.yaml"
+FIT_BYTES = 80 * 2**30  # an 80 GB card (A100/H100 80GB) holds 80 GiB
+# bf16 as published; 4-token sequences, as on CPU the point is the bytes, not the speed
+REDUCED = dict(model="llama_small", world_sizes=(8, 64), seq_len=4, ckpt_layers=1)
+PROVES = (
+    "one rank at this world size allocates exactly the engine's per-rank bytes by class "
+    "(params, grads, optimizer; YaFSDP's memory_report classes)"
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    model: str
+    gpus: int
+    seq_len: int
+    ckpt_layers: int
+    dtype: str = "bf16"
+
+
+def published_points(experiment: Path = EXPERIMENT) -> tuple[list[Point], list[str]]:
+    """The grid points and engines of `experiment=yafsdp_readme`, read from its files."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.load(experiment).hydra.sweeper.params
+    points = []
+    for name in str(params.point).split(","):
+        cfg = OmegaConf.load(SWEEPS / "point" / f"{name.strip()}.yaml")
+        points.append(
+            Point(
+                name.strip(), str(cfg.model), int(cfg.gpus), int(cfg.seq_len), int(cfg.ckpt_layers)
+            )
+        )
+    return points, [e.strip() for e in str(params.engine).split(",")]
+
+
+def reduced_points() -> tuple[list[Point], list[str]]:
+    r = REDUCED
+    points = [
+        Point(
+            f"{r['model']}_g{p}_s{r['seq_len']}_c{r['ckpt_layers']}",
+            r["model"],
+            p,
+            r["seq_len"],
+            r["ckpt_layers"],
+        )
+        for p in r["world_sizes"]
+    ]
+    return points, ["yafsdp", "fsdp1", "fsdp2"]
+
+
+def expected_bytes(
+    label: str,
+    shape: ModelShape,
+    p: int,
+    rank: int,
+    *,
+    param_bytes: int,
+    fsdp1_units: list[list[str]] | None = None,
+) -> dict[str, int]:
+    """What `label` should hold on `rank` of `p` (FSDP1 needs the names in each unit)."""
+    if label == "yafsdp":
+        return footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes)
+    if label == "fsdp1":
+        if fsdp1_units is None:
+            raise ValueError("fsdp1 needs fsdp1_units: the parameter names of each FSDP unit")
+        names = footprint.llama_param_shapes(shape)
+        return footprint.fsdp1_bytes(footprint.fsdp1_unit_numels(fsdp1_units, names), p, rank)
+    if label.startswith("fsdp2"):
+        return footprint.fsdp2_bytes(footprint.llama_param_shapes(shape), p, rank)
+    raise ValueError(f"engine {label!r} has no per-rank arithmetic; choose yafsdp, fsdp1, fsdp2")
+
+
+def fsdp1_units(module: torch.nn.Module) -> list[list[str]]:
+    """The full names of the parameters each FSDP1 instance flattened."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    units = []
+    for name, m in module.named_modules():
+        if isinstance(m, FSDP) and m._flat_param is not None:
+            prefix = f"{name}." if name else ""
+            units.append([canonical_name(prefix + f) for f in m._flat_param._fqns])
+    return units
+
+
+def byte_mismatches(got: dict[str, int], want: dict[str, int]) -> str:
+    """'' when every class of `want` holds exactly its bytes in `got`, else what differs."""
+    return "; ".join(
+        f"{k}: {got.get(k)} B, arithmetic {v} B" for k, v in want.items() if got.get(k) != v
+    )
+
+
+def measured_bytes(label: str, trainee) -> dict[str, int]:
+    w, opt = trainee.wrapped, trainee.optimizer
+    if label == "yafsdp":
+        return w.memory_breakdown(opt)
+    return storage_bytes(w.params, opt)
+
+
+def _gib(n: int) -> float:
+    return round(n / 2**30, 3)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    point: Point, label: str, device: torch.device, shape: ModelShape | None = None
+) -> Verdict:
+    """Build the last rank of `point` with engine `label`, run two steps, compare bytes."""
+    shape = shape or get_shape(point.model)
+    p, rank = point.gpus, point.gpus - 1
+    cuda = device.type == "cuda"
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=p)
+    trainee = None
+    figures: dict[str, Any] = {}
+    phase = "build"
+    try:
+        if cuda:  # retries are a running count: start it at zero for this row
+            torch.cuda.reset_accumulated_memory_stats(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        trainee = build(
+            label, shape, rank=rank, world_size=p, device=device,
+            seq_len=point.seq_len, ckpt_layers=point.ckpt_layers, dtype=point.dtype,
+        )  # fmt: skip
+        if cuda:
+            figures["build_peak_gib"] = _gib(torch.cuda.max_memory_allocated(device))
+            torch.cuda.reset_peak_memory_stats(device)
+        phase = "step"
+        if cuda:
+            train_step(trainee, 0)  # warm-up: creates the optimizer state
+        _sync(device)
+        start = time.perf_counter()
+        train_step(trainee, 1)  # on CPU the only step: the bytes need one, not a timing
+        _sync(device)
+        figures["step_s" if cuda else "first_step_s"] = round(time.perf_counter() - start, 4)
+        if cuda:
+            stats = torch.cuda.memory_stats(device)
+            figures |= {
+                "peak_alloc_gib": _gib(stats["allocated_bytes.all.peak"]),
+                "peak_reserved_gib": _gib(stats["reserved_bytes.all.peak"]),
+                "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+                "fits_80gib": stats["reserved_bytes.all.peak"] <= FIT_BYTES,
+            }
+        got = measured_bytes(label, trainee)
+        units = fsdp1_units(trainee.wrapped.module) if label == "fsdp1" else None
+        param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
+        want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes, fsdp1_units=units)
+        figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items()}
+        detail = byte_mismatches(got, want)
+        return Verdict(not detail, figures, detail)
+    except torch.OutOfMemoryError as e:
+        figures |= {"fits_lent_gpu": False, "oom_in": phase}
+        why = f"does not fit this GPU ({str(e).splitlines()[0]})"
+        return Verdict(False, figures, why, skipped=True)
+    finally:
+        del trainee
+        dist.destroy_process_group()
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list[Check]:
+    """Every point x engine; rows past the time budget are skipped, not dropped."""
+    points, engines = reduced_points() if reduced else published_points()
+    start = time.monotonic()
+    rows = []
+    for point in points:
+        for label in engines:
+            name = f"8 {point.name} {label}"
+            if time.monotonic() - start > budget_s:
+                rows.append(skipped("C", name, PROVES, f"suite C budget of {budget_s:g} s spent; "
+                                    "run `--suite C --budget-s 560` alone"))  # fmt: skip
+                continue
+            rows.append(
+                run_check("C", name, PROVES, lambda p=point, e=label: measure(p, e, device))
+            )
+    return rows

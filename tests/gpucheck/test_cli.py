@@ -1,0 +1,49 @@
+"""`python -m harness.gpucheck` on a machine without CUDA: skips, says so, exits 0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from harness.gpucheck import cli, suite_c
+from harness.gpucheck.outcome import FAIL, SKIP, Check
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
+
+
+def test_gpu_suites_are_skipped_rows_and_exit_zero(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    code = cli.main(["--suite", "A", "--suite", "b", "--reports-dir", str(tmp_path / "r")])
+    assert code == 0
+    assert "GPU checks skipped" in capsys.readouterr().out
+    data = json.loads((tmp_path / "r" / "cpu" / "gpu-check.json").read_text())
+    rows = data["rows"]
+    assert {r["suite"] for r in rows} == {"A", "B"} and len(rows) == 9
+    assert all(r["result"] == SKIP for r in rows)
+    assert data["meta"]["cuda_device"] is None
+    md = (tmp_path / "out" / "gpu-check.md").read_text()
+    assert md.startswith("# gpu-check: CPU only") and "were skipped" in md
+
+
+def test_require_gpu_is_an_error_without_cuda(tmp_path, capsys):
+    assert cli.main(["--require-gpu", "--reports-dir", str(tmp_path)]) == 2
+    assert "--require-gpu" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_check_makes_the_exit_code_one(tmp_path, monkeypatch):
+    def failing(device, *, reduced, budget_s):
+        assert reduced and device.type == "cpu"
+        return [Check(suite="C", check="8 x", proves="p", result=FAIL, detail="params off")]
+
+    monkeypatch.setattr(suite_c, "run", failing)
+    monkeypatch.delenv("OUT", raising=False)
+    assert cli.main(["--suite", "C", "--reports-dir", str(tmp_path)]) == 1
+
+
+def test_unknown_suite_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "D"])
+    assert "invalid choice: 'D'" in capsys.readouterr().err
