@@ -8,6 +8,7 @@ from typing import Any
 ENGINES = ("local", "fsdp1", "fsdp2", "yafsdp")
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "nccl", "gloo")
 
 
 @dataclass(kw_only=True)
@@ -58,6 +59,7 @@ class JobConfig:
     seed: int = 0
     lr: float = 3e-4
     device: str = "auto"  # auto: cuda when present, else cpu with gloo
+    backend: str = "auto"  # auto: nccl on CUDA, gloo on CPU; gloo is also allowed on CUDA
     threads_per_rank: int = 0  # 0: cores / ranks on CPU
     gpus_per_node: int = 8
     device_memory_gb: float = 0.0  # memory of one device for the fit check; 0: detect locally
