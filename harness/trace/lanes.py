@@ -31,8 +31,8 @@ def on_cpu(events: pd.DataFrame) -> np.ndarray:
     gpu_lane = where(events["cat"], lambda s: s.isin(GPU_LANE_CATEGORIES))
     gpu_lane |= events["stream"].to_numpy() >= 0
     if gpu_lane.any():
-        gpu_pids = set(events["pid"][gpu_lane].astype(str).unique())
-        gpu_lane |= where(events["pid"], lambda s: s.isin(gpu_pids))
+        pid = events["pid"].astype("category").cat.codes.to_numpy()
+        gpu_lane |= np.isin(pid, np.unique(pid[gpu_lane]))
     return ~gpu_lane
 
 
