@@ -21,7 +21,7 @@ from harness.trace.parse import TraceError
 from harness.trace.summary import find_traces, summarize_job, summarize_trace
 
 # Bump whenever a change to parsing, classification or overlap alters any summary.
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 
 
 def cache_path(trace: Path) -> Path:

@@ -129,7 +129,8 @@ def summarize_trace(path: Path | str) -> dict[str, Any]:
     ignored_events: {category: count}, warnings: [one line each]}."""
     a = analyse(load_trace(path))
     summary = aggregate(a.steps)
-    summary["ignored_events"] = sum(a.trace.ignored.values())
+    if a.trace.ignored:  # only then, so tables of ordinary traces keep their columns
+        summary["ignored_events"] = sum(a.trace.ignored.values())
     return {
         "path": str(a.trace.path),
         "rank": a.rank,
@@ -180,7 +181,7 @@ def summarize_job(
         "kind": kinds.pop() if len(kinds) == 1 else sorted(kinds),
         "steps": _records(steps),
         "units": _records(pd.concat(units, ignore_index=True)),
-        "summary": {**aggregate(steps), "ignored_events": ignored},
+        "summary": {**aggregate(steps), **({"ignored_events": ignored} if ignored else {})},
         "per_rank": per_rank,
         "warnings": warnings,
     }
