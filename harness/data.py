@@ -18,8 +18,11 @@ def token_batch(
     vocab: int,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and next-token targets for one rank's micro-batch of one step."""
-    gen = torch.Generator().manual_seed(param_seed(seed, f"batch/{step}/{micro}/{rank}"))
-    tokens = torch.randint(0, vocab, (micro_batch, seq_len + 1), generator=gen)
-    tokens = tokens.to(device)
+    """Inputs and next-token targets for one rank's micro-batch of one step.
+
+    Drawn on `device` itself: a pageable host-to-GPU copy would synchronise the stream
+    every micro-batch. The values depend on the device type, never on the engine."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(param_seed(seed, f"batch/{step}/{micro}/{rank}"))
+    tokens = torch.randint(0, vocab, (micro_batch, seq_len + 1), generator=gen, device=device)
     return tokens[:, :-1], tokens[:, 1:]

@@ -41,6 +41,14 @@ def cpu_model_name() -> str:
     return f"CPU: {platform.machine()}"
 
 
+def _backend(on_cuda: bool) -> str:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())  # gloo may run on CUDA too
+    return "nccl" if on_cuda else "gloo"
+
+
 def describe_environment(*, device: Any, world_size: int, threads_per_rank: int) -> dict[str, Any]:
     import torch
 
@@ -49,7 +57,7 @@ def describe_environment(*, device: Any, world_size: int, threads_per_rank: int)
         "torch": torch.__version__,
         "cuda": torch.version.cuda if on_cuda else None,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_cuda else None,
-        "backend": "nccl" if on_cuda else "gloo",
+        "backend": _backend(on_cuda),
         "device_name": torch.cuda.get_device_name(device)
         if on_cuda
         else platform.processor() or platform.machine(),

@@ -100,6 +100,6 @@ def _local_gpus(cfg: JobConfig) -> int | None:
         import torch
     except ImportError:
         return None
-    if cfg.device == "cuda" or torch.cuda.is_available():
+    if cfg.device == "cuda" or cfg.backend == "nccl" or torch.cuda.is_available():
         return torch.cuda.device_count()
     return None

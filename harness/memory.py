@@ -30,6 +30,15 @@ def check_limit(limit_gb: float, device: torch.device) -> None:
         )
 
 
+def restart_cuda_peaks(device: torch.device) -> tuple[int, int]:
+    """Finish queued work, then restart the allocator's high-water marks; return the peaks
+    (allocated, reserved) reached until now."""
+    torch.cuda.synchronize(device)
+    peaks = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return peaks
+
+
 def cpu_peak_allocated(run: Callable[[], T]) -> tuple[T, int]:
     """Run `run` under the profiler's memory tracking; return its value and the peak bytes
     the CPU allocator held at any moment (everything it allocated counts, so `run` must

@@ -10,11 +10,13 @@ Layout (schema_version 1):
              peak_flops_per_device, peak_flops_source, flops_per_token,
              peak_memory_allocated_bytes, peak_memory_reserved_bytes, peak_rss_bytes,
              peak_rss_scope ("timed steps", or "process lifetime" where the OS cannot
-             restart the high-water mark),
-             memory_source, memory_breakdown (dict|None), losses (one per step),
-             grad_norms (the global gradient norm of each step before clipping, warm-up
-             included; None when clipping is off),
-    profile  None, or {traces: [paths relative to the job dir], steps: [...], summary: {...}},
+             restart the high-water mark), build_peak_memory_allocated_bytes,
+             build_peak_memory_reserved_bytes, num_alloc_retries, num_ooms (CUDA only),
+             memory_source, memory_breakdown (dict|None), losses (one per warm-up and timed
+             step), grad_norms (the global gradient norm of each of those steps before
+             clipping; None when clipping is off),
+    profile  None, or {traces: [paths relative to the job dir]}; older results may also
+             hold steps and summary. harness.results summarises the traces themselves.
     engine_settings  the engine's effective settings, flat (None for a job that never
              built its engine): its own (for fsdp2 `groups` and `reshard_after_forward`,
              for fsdp1 `use_orig_params`, prefetch and dtypes, for yafsdp `units`) plus

@@ -1,9 +1,12 @@
 """Aggregate a sweep's job directories into one table (`results.csv`), without torch.
 
 One row per job: grid coordinates, engine label, status and error, every scalar metric,
-the loss curve (JSON), the profile's overlap summary, the environment and the job
-directory. A result.json that cannot be trusted is not a row: it goes to `problems`, so
-the report can say which file was skipped and why.
+the loss curve (JSON), the overlap summary of its traces, the environment and the job
+directory. Trace summaries are computed here from the trace files (cached beside each
+trace, see harness.trace.cache), not taken from result.json, so an analysis fix reaches old
+sweeps; a job whose traces are gone keeps the summary its result.json may hold.
+A result.json that cannot be trusted is not a row: it goes to `problems`, so the report
+can say which file was skipped and why.
 
     python -m harness.results <sweep dir>     # (re)builds <sweep dir>/results.csv
 """
@@ -20,6 +23,8 @@ from typing import Any
 import pandas as pd
 
 from harness.result import RESULT_FILE, CorruptResultError, read_result
+from harness.trace.cache import job_profiles
+from harness.trace.summary import find_traces
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +76,9 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _row(result: dict[str, Any], job_dir: str) -> dict[str, Any]:
+def _row(
+    result: dict[str, Any], job_dir: str, profile: dict[str, Any] | None = None
+) -> dict[str, Any]:
     config = result.get("config") or {}
     engine = config.get("engine") or {}
     if isinstance(engine, str):  # a config written with the engine as a bare name
@@ -96,13 +103,17 @@ def _row(result: dict[str, Any], job_dir: str) -> dict[str, Any]:
     row["final_loss"] = losses[-1] if losses else math.nan
     row.setdefault("losses", json.dumps(losses))
 
-    profile = result.get("profile") or {}
+    profile = profile or result.get("profile") or {}
     summary = profile.get("summary") or {}
     for key, value in summary.items():
         if _is_scalar(value):
             row[PROFILE_PREFIX + key] = value
     if profile.get("traces"):
         row[PROFILE_PREFIX + "traces"] = json.dumps(profile["traces"])
+    if profile.get("error"):
+        row[PROFILE_PREFIX + "error"] = profile["error"]
+    if profile.get("warnings"):
+        row[PROFILE_PREFIX + "warnings"] = "; ".join(profile["warnings"])
 
     env = result.get("env") or {}
     for key, value in env.items():
@@ -138,8 +149,10 @@ def find_result_files(sweep_dir: Path) -> list[Path]:
     return sorted(Path(sweep_dir).rglob(RESULT_FILE))
 
 
-def collect_results(sweep_dir: Path, *, problems: list[str] | None = None) -> pd.DataFrame:
-    """One row per job found under `sweep_dir`.
+def collect_results(
+    sweep_dir: Path, *, problems: list[str] | None = None, workers: int | None = None
+) -> pd.DataFrame:
+    """One row per job found under `sweep_dir`; traces summarised by `workers` processes.
 
     A result.json that cannot be read is skipped and described in `problems` (when given)
     and in `df.attrs["problems"]`, as is a Hydra job directory without one; the statuses
@@ -150,14 +163,20 @@ def collect_results(sweep_dir: Path, *, problems: list[str] | None = None) -> pd
         raise FileNotFoundError(f"sweep directory {sweep_dir} does not exist")
     found: list[str] = []
     rows = []
+    results = []
     for path in find_result_files(sweep_dir):
-        job_dir = path.parent.relative_to(sweep_dir).as_posix()
         name = path.relative_to(sweep_dir).as_posix()
         try:
-            rows.append(_row(read_result(path), job_dir))
+            results.append((path.parent, read_result(path)))
         except CorruptResultError as e:
             reason = str(e).removeprefix(f"{path}: ")
             found.append(f"corrupt result file {name}: {reason}")
+    profiles = job_profiles([d for d, _ in results if find_traces(d)], workers=workers)
+    for job_path, result in results:
+        job_dir = job_path.relative_to(sweep_dir).as_posix()
+        name = f"{job_dir}/{RESULT_FILE}"
+        try:
+            rows.append(_row(result, job_dir, profiles.get(job_path)))
         except (AttributeError, TypeError) as e:  # valid JSON, wrong shape inside
             found.append(f"corrupt result file {name}: unexpected layout ({e})")
     for hydra_dir in sorted(sweep_dir.rglob(".hydra")):

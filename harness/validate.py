@@ -5,7 +5,7 @@ Every message names the field and says what to change.
 
 from __future__ import annotations
 
-from harness.config import ADAMW_IMPLS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
+from harness.config import ADAMW_IMPLS, BACKENDS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
 from harness.engines.registry import ADAPTER_NAMES
 from harness.models.shapes import MODEL_SHAPES
 
@@ -46,6 +46,10 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
             errors.append(f"{field}={value!r} is unknown; choose one of: {', '.join(DTYPES)}")
     if cfg.device not in DEVICES:
         errors.append(f"device={cfg.device!r} is unknown; choose one of: {', '.join(DEVICES)}")
+    if cfg.backend not in BACKENDS:
+        errors.append(f"backend={cfg.backend!r} is unknown; choose one of: {', '.join(BACKENDS)}")
+    elif cfg.backend == "nccl" and cfg.device == "cpu":
+        errors.append("backend=nccl needs CUDA GPUs but device=cpu; use backend=gloo on CPU")
     if cfg.fault.kind not in FAULT_KINDS:
         errors.append(
             f"fault.kind={cfg.fault.kind!r} is unknown; choose one of: {', '.join(FAULT_KINDS)}"
@@ -72,10 +76,12 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
         )
     if cfg.fault.kind != "none" and not 0 <= cfg.fault.rank < cfg.gpus:
         errors.append(f"fault.rank={cfg.fault.rank} is not a rank of gpus={cfg.gpus}")
-    if local_devices is not None and cfg.gpus > local_devices:
+    # gloo may put several ranks on one GPU (rank -> local_rank % GPUs); NCCL cannot
+    if local_devices is not None and cfg.gpus > local_devices and cfg.backend != "gloo":
         errors.append(
-            f"gpus={cfg.gpus} is more than the {local_devices} GPUs on this machine; "
-            f"use gpus<={local_devices} here, or hydra/launcher=slurm for more"
+            f"gpus={cfg.gpus} is more than the {local_devices} GPUs on this machine, and NCCL "
+            f"needs one GPU per rank; use gpus<={local_devices} here, backend=gloo to share "
+            "GPUs (correctness checks), or hydra/launcher=slurm for more"
         )
     if cfg.device_memory_gb > 0:
         errors.extend(_fit_errors(cfg, shape.num_params()))

@@ -20,7 +20,7 @@ from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers
 from harness.engines.registry import get_engine
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
-from harness.memory import check_limit, cpu_peak_allocated
+from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from harness.rank_outcome import write_rank_outcome
@@ -45,7 +45,7 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
         torch.set_num_threads(threads)
     try:
         dist.init_process_group(
-            "nccl" if device.type == "cuda" else "gloo",
+            resolve_backend(cfg.backend, device.type),
             timeout=timedelta(seconds=cfg.collective_timeout_s),
         )
         result = train(cfg, job_dir, rank, world_size, device, threads)
@@ -59,10 +59,24 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
             dist.destroy_process_group()
 
 
+def resolve_backend(backend: str, device_type: str) -> str:
+    """The process-group backend: `auto` is NCCL on CUDA and gloo on CPU."""
+    if backend == "auto":
+        return "nccl" if device_type == "cuda" else "gloo"
+    return backend
+
+
+def cuda_index(backend: str, local_rank: int, device_count: int) -> int:
+    """The GPU of a local rank: its own under NCCL (checked before launch); shared round
+    robin under gloo, so that every engine can be checked with several ranks on one GPU."""
+    return local_rank % device_count if backend == "gloo" else local_rank
+
+
 def _pick_device(cfg: JobConfig, local_rank: int) -> torch.device:
     if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        index = cuda_index(cfg.backend, local_rank, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -90,6 +104,7 @@ def train(
     losses: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
     state: dict[str, Any] = {}
+    build_peaks: tuple[int, int] | None = None
 
     def build() -> None:
         model = build_model(shape, device="meta")
@@ -135,11 +150,14 @@ def train(
         )
     else:
         build()
+        build_peaks = restart_cuda_peaks(device)
         for s in range(memory_steps):
             run_step(s)
         peak_allocated = None
     for s in range(memory_steps, cfg.warmup_steps):
         run_step(s)
+    if device.type == "cuda":  # the timed steps' peaks: not the build's, not warm-up's
+        restart_cuda_peaks(device)
 
     # RSS is measured over the timed steps alone: the memory tracking above holds every
     # allocation event, hundreds of MiB for an engine that allocates per collective.
@@ -153,16 +171,20 @@ def train(
         step_times.append(time.perf_counter() - start)
     peak_rss = peak_rss_bytes()
 
-    profile = _capture_profile(cfg, job_dir, rank, world_size, device, run_step)
-
-    # Reduce across ranks once, outside the timed region.
+    # Reduce across ranks once, outside the timed region, and before the profiled pass:
+    # no collective is then pending while any rank writes its trace.
     slowest = torch.tensor(step_times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     mean_losses = torch.stack(losses).to(torch.float64)
     dist.all_reduce(mean_losses)
     mean_losses /= world_size
-    peaks = _peaks(device, peak_allocated, peak_rss)
+    peaks = _peaks(device, peak_allocated, peak_rss, build_peaks)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    loss_steps = list(range(len(losses)))
+    # Global norms, identical on every rank, so rank 0's are the job's.
+    step_grad_norms = torch.stack(grad_norms).tolist() if grad_norms else None
+
+    profile = _capture_profile(cfg, job_dir, rank, world_size, device, run_step)
     if rank != 0:
         return None
 
@@ -170,7 +192,9 @@ def train(
     summary = metrics.step_time_summary(step_times_s)
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len
     flops_per_token = shape.flops_per_token(cfg.seq_len)
-    allocated, reserved, rss = (int(v) if v >= 0 else None for v in peaks.tolist())
+    allocated, reserved, rss, build_allocated, build_reserved, retries, ooms = (
+        int(v) if v >= 0 else None for v in peaks.tolist()
+    )
     result_metrics = {
         "step_times_s": step_times_s,
         **summary,
@@ -187,12 +211,15 @@ def train(
         "peak_memory_reserved_bytes": reserved,
         "peak_rss_bytes": rss,
         "peak_rss_scope": rss_scope,
+        "build_peak_memory_allocated_bytes": build_allocated,
+        "build_peak_memory_reserved_bytes": build_reserved,
+        "num_alloc_retries": retries,
+        "num_ooms": ooms,
         "memory_source": "cuda-allocator" if device.type == "cuda" else "profiler-cpu-allocations",
         "memory_breakdown": state["wrapped"].memory_breakdown(state["optimizer"]),
         "losses": mean_losses.tolist(),
-        "loss_steps": list(range(len(losses))),
-        # Global norms, identical on every rank, so rank 0's are the job's.
-        "grad_norms": torch.stack(grad_norms).tolist() if grad_norms else None,
+        "loss_steps": loss_steps,
+        "grad_norms": step_grad_norms,
     }
     env = describe_environment(device=device, world_size=world_size, threads_per_rank=threads)
     result = make_result(
@@ -227,27 +254,38 @@ def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str
     return metrics.measure_matmul_peak_flops(cfg.dtype), f"measured {cfg.dtype} matmul on CPU"
 
 
-def _peaks(device: torch.device, cpu_allocated: int | None, rss: int) -> torch.Tensor:
-    """[allocated, reserved, rss] peaks of this rank; -1 where unknown."""
+def _peaks(
+    device: torch.device, cpu_allocated: int | None, rss: int, build: tuple[int, int] | None
+) -> torch.Tensor:
+    """[allocated, reserved, rss, build allocated, build reserved, allocator retries, OOMs]
+    of this rank; -1 where unknown. Retries and OOMs count the whole job."""
     if device.type == "cuda":
+        stats = torch.cuda.memory_stats(device)
         values = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+        values += [rss, *(build or (-1, -1)), stats.get("num_alloc_retries", -1)]
+        values += [stats.get("num_ooms", -1)]
     else:
-        values = [cpu_allocated if cpu_allocated is not None else -1, -1]
-    return torch.tensor(values + [rss], dtype=torch.float64, device=device)
+        values = [cpu_allocated if cpu_allocated is not None else -1, -1, rss, -1, -1, -1, -1]
+    return torch.tensor(values, dtype=torch.float64, device=device)
 
 
-def _capture_profile(cfg, job_dir, rank, world_size, device, train_step) -> dict[str, Any] | None:
+def _capture_profile(cfg, job_dir, rank, world_size, device, run_step) -> dict[str, Any] | None:
     """A separate profiled pass after the timed steps; its times never feed the metrics."""
     if cfg.profile.steps <= 0:
         return None
     try:
-        from harness.profiling import capture_profile
+        from harness.profiling import capture_profile, trace_path
     except ImportError:
         return None
     next_step = cfg.warmup_steps + cfg.steps
     counter = iter(range(next_step, next_step + cfg.profile.warmup + cfg.profile.steps))
+
+    def profiled_step(_i: int) -> None:
+        run_step(next(counter))
+        _synchronize(device)  # the step's kernels land inside its ProfilerStep window
+
     capture_profile(
-        lambda _i: train_step(next(counter)),
+        profiled_step,
         steps=cfg.profile.steps,
         warmup=cfg.profile.warmup,
         out_dir=job_dir,
@@ -255,12 +293,7 @@ def _capture_profile(cfg, job_dir, rank, world_size, device, train_step) -> dict
         world_size=world_size,
         use_cuda=device.type == "cuda",
     )
-    dist.barrier()  # every rank's trace is on disk before rank 0 reads them
-    if rank != 0:
-        return None
-    try:
-        from harness.trace.summary import summarize_job
-
-        return summarize_job(job_dir)
-    except Exception as e:  # the timings stand even if the trace cannot be analysed
-        return {"error": f"trace analysis failed: {e}"}
+    # Summaries are computed offline from the trace files (harness.results), never here:
+    # summarising every rank's trace would keep the other ranks waiting in a collective.
+    paths = [trace_path(job_dir, r) for r in range(world_size)]
+    return {"traces": [str(p.relative_to(job_dir)) for p in paths]}

@@ -30,6 +30,8 @@ def _table(rows: list[dict]) -> str:
 def summarize(args: argparse.Namespace) -> int:
     target = Path(args.target)
     result = summarize_job(target) if target.is_dir() else summarize_trace(target)
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

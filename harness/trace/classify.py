@@ -18,7 +18,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from harness.trace.parse import where
+from harness.trace.lanes import main_thread, on_thread, where
+
+__all__ = ["classify", "collective_api_mask", "detect_kind", "main_thread", "on_thread"]
 
 COMPUTE, COMM, MEMORY, NONE = "compute", "comm", "memory", ""
 TraceKind = Literal["gpu", "cpu"]
@@ -33,18 +35,6 @@ _AUTOGRAD_WRAPPER_RE = r"^autograd::engine::evaluate_function|Backward\d*$|^torc
 def detect_kind(events: pd.DataFrame) -> TraceKind:
     """'gpu' when the trace holds any device kernel or copy, else 'cpu'."""
     return "gpu" if bool((events["stream"].to_numpy() >= 0).any()) else "cpu"
-
-
-def main_thread(events: pd.DataFrame) -> tuple[str, str] | None:
-    """(pid, tid) of the thread that runs the training loop: the one with ProfilerStep#N,
-    else the CPU thread with the most operator time."""
-    cpu = events[events["stream"].to_numpy() < 0]
-    steps = cpu[where(cpu["name"], lambda s: s.str.startswith("ProfilerStep"))]
-    source = steps if not steps.empty else cpu[cpu["cat"] == "cpu_op"]
-    if source.empty:
-        return None
-    busiest = source.groupby(["pid", "tid"], observed=True)["dur"].sum().idxmax()
-    return str(busiest[0]), str(busiest[1])
 
 
 def classify(events: pd.DataFrame, kind: TraceKind | None = None) -> np.ndarray:
@@ -67,14 +57,6 @@ def classify(events: pd.DataFrame, kind: TraceKind | None = None) -> np.ndarray:
     labels[on_main & cpu_op & ~collective_api_mask(events) & ~wrapper] = COMPUTE
     labels[~on_main & where(name, lambda s: s.str.startswith("gloo:"))] = COMM
     return labels
-
-
-def on_thread(events: pd.DataFrame, thread: tuple[str, str] | None) -> np.ndarray:
-    if thread is None:
-        return np.zeros(len(events), dtype=bool)
-    return where(events["pid"], lambda s: s == thread[0]) & where(
-        events["tid"], lambda s: s == thread[1]
-    )
 
 
 def collective_api_mask(events: pd.DataFrame) -> np.ndarray:

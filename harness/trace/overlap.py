@@ -26,10 +26,8 @@ from harness.trace.classify import (
     classify,
     collective_api_mask,
     detect_kind,
-    main_thread,
-    on_thread,
 )
-from harness.trace.parse import where
+from harness.trace.lanes import main_thread, on_cpu, on_thread, step_marks, where
 
 _US = 1e-6  # trace times are microseconds; results are seconds
 
@@ -154,10 +152,7 @@ def step_windows(events: pd.DataFrame, kind: TraceKind | None = None) -> pd.Data
         w["end"] = nxt.fillna(w["last"]).to_numpy()
         w["end"] = np.maximum(w["end"], w["start"])
         return w.reset_index()[["step", "start", "end"]]
-    marks = steps[where(steps["name"], lambda s: s.str.match(r"ProfilerStep\s*#"))]
-    main = main_thread(events)
-    if main is not None:
-        marks = marks[on_thread(marks, main)]
+    marks = events[step_marks(events)]
     out = pd.DataFrame({"step": marks["step"].to_numpy(), "start": marks["ts"].to_numpy()}).assign(
         end=(marks["ts"] + marks["dur"]).to_numpy()
     )
@@ -238,7 +233,9 @@ UNIT_COLUMNS = ["annotation", "kind", "unit", "calls", "span_s", "comm_s", "expo
 def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     """Communication attributed to the innermost engine annotation that issued it.
 
-    GPU: an NCCL kernel belongs to the annotation around its launch (by correlation id).
+    GPU: an NCCL kernel belongs to the innermost annotation around its launch (by
+    correlation id) on the launching thread; backward launches come from autograd's device
+    thread (pt_autograd_0), not the main one.
     CPU: gloo runs collectives in the order they were issued, so the k-th `gloo:*` span is
     matched to the k-th collective call on the main thread that started before it.
     span_s is the annotations' own (CPU) duration, summed over calls.
@@ -247,30 +244,39 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     labels = classify(events, kind)
     ts = events["ts"].to_numpy()
     end = ts + events["dur"].to_numpy()
-    main = main_thread(events)
+    cpu = on_cpu(events)
+    main = main_thread(events, cpu)
     if main is None:
         return pd.DataFrame(columns=UNIT_COLUMNS)
     on_main = on_thread(events, main)
+    # one integer per CPU thread, so annotations and launches can be matched by thread
+    thread = events["pid"].cat.codes.to_numpy().astype(np.int64) << 32
+    thread |= events["tid"].cat.codes.to_numpy().astype(np.int64)
     is_unit = where(events["name"], lambda s: s.map(parse_unit_annotation).notna())
-    ann_idx = np.flatnonzero(on_main & is_unit)
+    ann_idx = np.flatnonzero((on_main if kind == "cpu" else cpu) & is_unit)
     if ann_idx.size == 0:
         return pd.DataFrame(columns=UNIT_COLUMNS)
     names = events["name"].to_numpy()
-    ann_start, ann_end = ts[ann_idx], end[ann_idx]
+    ann_start, ann_end, ann_thread = ts[ann_idx], end[ann_idx], thread[ann_idx]
 
-    def innermost(t: float) -> int:
-        inside = np.flatnonzero((ann_start <= t) & (t < ann_end))
+    def innermost(t: float, on: int) -> int:
+        inside = np.flatnonzero((ann_thread == on) & (ann_start <= t) & (t < ann_end))
         if inside.size == 0:
             return -1
         return int(inside[np.argmax(ann_start[inside])])
 
     comm_idx = np.flatnonzero(labels == COMM)
     issue_time = np.full(comm_idx.size, np.nan)
+    issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
     if kind == "gpu":
         corr = events["correlation"].to_numpy()
-        launches = pd.Series(ts[on_main & (corr >= 0)], index=corr[on_main & (corr >= 0)])
-        launches = launches[~launches.index.duplicated()]
-        issue_time = launches.reindex(corr[comm_idx]).to_numpy(dtype=np.float64)
+        is_launch = cpu & (corr >= 0)
+        launches = pd.DataFrame(
+            {"ts": ts[is_launch], "thread": thread[is_launch]}, index=corr[is_launch]
+        )
+        launches = launches[~launches.index.duplicated()].reindex(corr[comm_idx])
+        issue_time = launches["ts"].to_numpy(dtype=np.float64)
+        issue_thread = launches["thread"].fillna(-1).to_numpy(dtype=np.int64)
     else:
         api = np.flatnonzero(on_main & collective_api_mask(events))
         api = api[np.argsort(ts[api], kind="stable")]
@@ -282,6 +288,7 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
             # skip calls that cannot have issued this span (they start after it)
             if k < api.size and ts[api[k]] <= ts[comm_idx[j]]:
                 issue_time[j] = ts[api[k]]
+                issue_thread[j] = thread[api[k]]
                 k += 1
 
     exposed = subtract(busy.comm, busy.compute)
@@ -293,7 +300,7 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     for j, t in enumerate(issue_time):
         if np.isnan(t):
             continue
-        a = innermost(t)
+        a = innermost(t, issue_thread[j])
         if a < 0:
             continue
         c = Intervals(np.array([ts[comm_idx[j]]]), np.array([end[comm_idx[j]]]))

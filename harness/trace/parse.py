@@ -10,6 +10,9 @@ Columns of `Trace.events` (one row per complete "X" event, times in microseconds
     stream                int64, the GPU stream of kernels/memcpy/memset, -1 for CPU events
     correlation           int64, links a GPU kernel to its CPU launch, -1 when absent
     step                  int64, the ProfilerStep#N the event belongs to, -1 when outside
+
+Complete events of a category this parser does not know (a newer or older Kineto) are left
+out of the table and counted in `Trace.ignored`, so a summary can say what it skipped.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,11 +31,35 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from harness.trace.lanes import GPU_CATEGORIES, STEP_PATTERN, step_marks, where
+
+__all__ = ["GPU_CATEGORIES", "Trace", "TraceError", "load_trace", "where"]
+
 _CHUNK_CHARS = 1 << 20
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Kineto's complete-event categories (ActivityType names); "" for hand-written traces
+KNOWN_CATEGORIES = frozenset(
+    {
+        "",
+        "Trace",
+        "cpu_op",
+        "user_annotation",
+        "gpu_user_annotation",
+        "python_function",
+        "cpu_instant_event",
+        "overhead",
+        "cuda_runtime",
+        "cuda_driver",
+        "cuda_sync",
+        "cuda_profiler_range",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "external_correlation",
+        "collective_comm",
+        *GPU_CATEGORIES,
+    }
+)
 
 
 class TraceError(ValueError):
@@ -45,6 +72,7 @@ class Trace:
     metadata: dict[str, Any]  # every top-level key except traceEvents
     events: pd.DataFrame
     thread_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    ignored: dict[str, int] = field(default_factory=dict)  # unknown category -> events
 
     @property
     def rank(self) -> int | None:
@@ -128,6 +156,7 @@ class _Columns:
         self.stream = array("q")
         self.correlation = array("q")
         self.thread_names: dict[tuple[str, str], str] = {}
+        self.ignored: dict[str, int] = {}
 
     def add(self, e: Any) -> None:
         if not isinstance(e, dict):
@@ -138,8 +167,11 @@ class _Columns:
             ts = e.get("ts")
             if dur is None or ts is None:
                 return
-            args = e.get("args") or {}
             cat = e.get("cat") or ""
+            if cat not in KNOWN_CATEGORIES:
+                self.ignored[str(cat)] = self.ignored.get(str(cat), 0) + 1
+                return
+            args = e.get("args") or {}
             # this runs once per event of a possibly huge file: plain dict interning, no calls
             for column, value in (
                 ("name", e.get("name", "")),
@@ -181,15 +213,6 @@ class _Columns:
                 "correlation": np.frombuffer(self.correlation, dtype=np.int64),
             }
         )
-
-
-def where(column: pd.Series, predicate: Callable[[pd.Series], pd.Series]) -> np.ndarray:
-    """Evaluate a test on a string column once per distinct value (not once per event)."""
-    col = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
-    values = pd.Series(col.cat.categories.astype(str))
-    hit = np.asarray(predicate(values), dtype=bool)
-    codes = col.cat.codes.to_numpy()
-    return np.where(codes >= 0, hit[np.clip(codes, 0, None)], False)
 
 
 def _open_text(path: Path) -> TextIO:
@@ -235,16 +258,18 @@ def _read(path: Path) -> tuple[dict[str, Any], _Columns]:
 
 
 def _assign_steps(events: pd.DataFrame) -> np.ndarray:
-    """ProfilerStep#N of each event: CPU events by time, GPU events through their launch."""
+    """ProfilerStep#N of each event: CPU events by time, GPU events through their launch.
+
+    Only the CPU marks on the training thread count: Kineto's GPU-lane copies of
+    ProfilerStep#N are shorter and would overlap the CPU windows."""
     step = np.full(len(events), -1, dtype=np.int64)
-    is_step = where(events["name"], lambda s: s.str.match(_STEP_RE.pattern))
-    is_step &= events["stream"].to_numpy() < 0
+    is_step = step_marks(events)
     if not is_step.any():
         return step
     starts = events["ts"].to_numpy()[is_step]
     ends = starts + events["dur"].to_numpy()[is_step]
     names = events["name"][is_step].astype(str)
-    numbers = names.str.extract(_STEP_RE.pattern)[0].astype(np.int64).to_numpy()
+    numbers = names.str.extract(STEP_PATTERN)[0].astype(np.int64).to_numpy()
     order = np.argsort(starts)
     starts, ends, numbers = starts[order], ends[order], numbers[order]
 
@@ -287,4 +312,10 @@ def load_trace(path: Path | str) -> Trace:
     if events.empty:
         raise TraceError(f"{path}: trace holds no complete (ph 'X') events")
     events["step"] = _assign_steps(events)
-    return Trace(path=path, metadata=metadata, events=events, thread_names=cols.thread_names)
+    return Trace(
+        path=path,
+        metadata=metadata,
+        events=events,
+        thread_names=cols.thread_names,
+        ignored=cols.ignored,
+    )

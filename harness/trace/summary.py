@@ -1,8 +1,14 @@
-"""Trace summaries: one trace file, or every rank's trace of a job (result.json `profile`)."""
+"""Trace summaries: one trace file, or every rank's trace of a job.
+
+A summary names what it could not use: unknown event categories are ignored and counted,
+and a trace without `distributedInfo` is summarised with its rank taken from its file name,
+each with a one-line warning naming the file.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +18,8 @@ import pandas as pd
 
 from harness.trace.classify import TraceKind, classify, detect_kind
 from harness.trace.overlap import (
+    STEP_COLUMNS,
+    UNIT_COLUMNS,
     Busy,
     busy_intervals,
     exposed_gaps,
@@ -47,14 +55,29 @@ class Analysis:
         return int(m.group(1)) if m else 0
 
 
+def _recorded_on_gpu(trace: Trace) -> bool:
+    info = trace.metadata.get("distributedInfo") or {}
+    return info.get("backend") == "nccl" or bool(trace.metadata.get("deviceProperties"))
+
+
 def analyse(trace: Trace) -> Analysis:
+    """Raise TraceError, in one line naming the file, when the trace cannot be split into
+    steps or a GPU run's trace holds only CPU events."""
     events = trace.events
     kind = detect_kind(events)
+    if kind == "cpu" and _recorded_on_gpu(trace):
+        raise TraceError(
+            f"{trace.path}: only CPU events, though recorded on GPUs (no kernel, memcpy or "
+            "memset); profile with ProfilerActivity.CUDA"
+        )
     labels = classify(events, kind)
     busy = busy_intervals(events, labels)
     windows = step_windows(events, kind)
     if windows.empty:
-        raise TraceError(f"{trace.path}: no ProfilerStep#N annotation to split the trace by")
+        raise TraceError(
+            f"{trace.path}: no ProfilerStep#N on a CPU thread to split the trace by; "
+            "profile with a torch.profiler schedule and call prof.step() every step"
+        )
     return Analysis(
         trace=trace,
         kind=kind,
@@ -90,16 +113,33 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def trace_warnings(a: Analysis) -> list[str]:
+    """One line per thing the summary had to do without, naming the file."""
+    out = []
+    if not a.trace.metadata.get("distributedInfo"):
+        out.append(f"{a.trace.path}: no distributedInfo; rank {a.rank} taken from the file name")
+    if a.trace.ignored:
+        cats = ", ".join(f"{c or '(none)'} ({n})" for c, n in sorted(a.trace.ignored.items()))
+        out.append(f"{a.trace.path}: ignored events of unknown categories: {cats}")
+    return out
+
+
 def summarize_trace(path: Path | str) -> dict[str, Any]:
-    """{path, rank, kind, steps: [per-step rows], units: [...], summary: {...}}."""
+    """{path, rank, kind, steps: [per-step rows], units: [...], summary: {...},
+    ignored_events: {category: count}, warnings: [one line each]}."""
     a = analyse(load_trace(path))
+    summary = aggregate(a.steps)
+    if a.trace.ignored:  # only then, so tables of ordinary traces keep their columns
+        summary["ignored_events"] = sum(a.trace.ignored.values())
     return {
         "path": str(a.trace.path),
         "rank": a.rank,
         "kind": a.kind,
         "steps": _records(a.steps),
         "units": _records(a.units),
-        "summary": aggregate(a.steps),
+        "summary": summary,
+        "ignored_events": dict(a.trace.ignored),
+        "warnings": trace_warnings(a),
     }
 
 
@@ -110,24 +150,30 @@ def find_traces(job_dir: Path | str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def summarize_job(job_dir: Path | str) -> dict[str, Any]:
-    """The result.json `profile` field for a job directory holding traces/rank<r>.json.gz.
+def summarize_job(
+    job_dir: Path | str, *, summarize: Callable[[Path], dict[str, Any]] = summarize_trace
+) -> dict[str, Any]:
+    """Every rank's trace of a job directory holding traces/rank<r>.json.gz, combined.
 
     steps: one row per (rank, step); summary: over all ranks and steps (overlap % is total
     overlap over total communication, the others per-step means); per_rank: each rank's.
+    `summarize` gives one trace's summary (a cached one, say).
     Raises TraceError when the job has no traces or one cannot be read.
     """
     job_dir = Path(job_dir)
     paths = find_traces(job_dir)
     if not paths:
         raise TraceError(f"{job_dir / TRACES_DIR}: no rank<r>.json[.gz] trace files")
-    tables, per_rank, units, kinds = [], {}, [], set()
+    tables, per_rank, units, kinds, warnings, ignored = [], {}, [], set(), [], 0
     for p in paths:
-        a = analyse(load_trace(p))
-        kinds.add(a.kind)
-        tables.append(a.steps.assign(rank=a.rank))
-        units.append(a.units.assign(rank=a.rank))
-        per_rank[str(a.rank)] = aggregate(a.steps)
+        t = summarize(p)
+        kinds.add(t["kind"])
+        steps = pd.DataFrame(t["steps"], columns=STEP_COLUMNS).astype({"overlap_pct": float})
+        tables.append(steps.assign(rank=t["rank"]))
+        units.append(pd.DataFrame(t["units"], columns=UNIT_COLUMNS).assign(rank=t["rank"]))
+        per_rank[str(t["rank"])] = t["summary"]
+        warnings += t.get("warnings", [])
+        ignored += t["summary"].get("ignored_events", 0)
     steps = pd.concat(tables, ignore_index=True)
     steps = steps[["rank", *[c for c in steps.columns if c != "rank"]]]
     return {
@@ -135,6 +181,7 @@ def summarize_job(job_dir: Path | str) -> dict[str, Any]:
         "kind": kinds.pop() if len(kinds) == 1 else sorted(kinds),
         "steps": _records(steps),
         "units": _records(pd.concat(units, ignore_index=True)),
-        "summary": aggregate(steps),
+        "summary": {**aggregate(steps), **({"ignored_events": ignored} if ignored else {})},
         "per_rank": per_rank,
+        "warnings": warnings,
     }

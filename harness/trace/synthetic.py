@@ -3,6 +3,10 @@
 A kernel is given by its step, stream, name, start and duration (microseconds). The writer
 adds what real traces carry around it: a CPU thread with ProfilerStep#N spans, one
 cudaLaunchKernel per kernel (linked by correlation id), and `distributedInfo`.
+
+Today's CUDA layout can be asked for: a kernel may be launched at a given time from
+autograd's device thread (`pt_autograd_0`, where backward runs) inside an engine
+annotation, and `gpu_step_copies` adds Kineto's GPU-lane copy of every ProfilerStep#N.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 CPU_PID, CPU_TID, DEVICE = 1000, 1000, 0
+AUTOGRAD_TID = 1001
+THREAD_NAMES = {CPU_TID: "pt_main_thread", AUTOGRAD_TID: "pt_autograd_0"}
 COMPUTE_KERNEL = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn"
 NCCL_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
@@ -24,22 +30,30 @@ class Kernel(NamedTuple):
     start: float
     dur: float
     name: str = COMPUTE_KERNEL
+    launch: float | None = None  # CPU launch time; None: spaced before the step's kernels
+    tid: int = CPU_TID  # the launching thread (AUTOGRAD_TID for backward)
+    annotation: str = ""  # an engine annotation around the launch, e.g. yafsdp.reduce_scatter.unit0
 
 
-def nccl(step: int, stream: int, start: float, dur: float) -> Kernel:
-    return Kernel(step, stream, start, dur, NCCL_KERNEL)
+def nccl(step: int, stream: int, start: float, dur: float, **kw: Any) -> Kernel:
+    return Kernel(step, stream, start, dur, NCCL_KERNEL, **kw)
 
 
 def _category(name: str) -> str:
     return {"Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}.get(name[:6], "kernel")
 
 
-def _events(kernels: Sequence[Kernel], first_correlation: int = 1) -> Iterator[dict[str, Any]]:
+def _events(
+    kernels: Sequence[Kernel], first_correlation: int = 1, gpu_step_copies: bool = False
+) -> Iterator[dict[str, Any]]:
     by_step: dict[int, list[Kernel]] = {}
     for k in kernels:
         by_step.setdefault(k.step, []).append(k)
     steps = sorted(by_step)
-    first = {s: min(k.start for k in by_step[s]) for s in steps}
+    first = {
+        s: min(min(k.start, k.start if k.launch is None else k.launch) for k in by_step[s])
+        for s in steps
+    }
     corr = first_correlation
     for i, s in enumerate(steps):
         ks = sorted(by_step[s], key=lambda k: k.start)
@@ -50,12 +64,24 @@ def _events(kernels: Sequence[Kernel], first_correlation: int = 1) -> Iterator[d
             "ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}",
             "pid": CPU_PID, "tid": CPU_TID, "ts": lo, "dur": hi - lo, "args": {},
         }  # fmt: skip
+        if gpu_step_copies:  # Kineto's copy on the GPU lane: shorter, starting later
+            yield {
+                "ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{s}",
+                "pid": DEVICE, "tid": ks[0].stream, "ts": ks[0].start, "dur": ks[0].dur,
+                "args": {"External id": s},
+            }  # fmt: skip
         spacing = min(1.0, 9.0 / (len(ks) + 1))
         for j, k in enumerate(ks):
-            launch = lo + spacing * (j + 1) * 0.5
+            launch = lo + spacing * (j + 1) * 0.5 if k.launch is None else k.launch
+            if k.annotation:
+                yield {
+                    "ph": "X", "cat": "user_annotation", "name": k.annotation,
+                    "pid": CPU_PID, "tid": k.tid, "ts": launch - 0.01, "dur": spacing * 0.3,
+                    "args": {},
+                }  # fmt: skip
             yield {
                 "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                "pid": CPU_PID, "tid": CPU_TID, "ts": launch, "dur": spacing * 0.25,
+                "pid": CPU_PID, "tid": k.tid, "ts": launch, "dur": spacing * 0.25,
                 "args": {"correlation": corr, "cbid": 211},
             }  # fmt: skip
             yield {
@@ -74,6 +100,10 @@ def _write(
     fh.write('{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n')
     fh.write(f'  "distributedInfo": {json.dumps(info)},\n  "traceEvents": [\n')
     sep = ""
+    for tid, name in THREAD_NAMES.items():
+        meta = {"ph": "M", "name": "thread_name", "pid": CPU_PID, "tid": tid}
+        fh.write(sep + "  " + json.dumps({**meta, "args": {"name": name}}))
+        sep = ",\n"
     for batch in event_batches:
         for e in batch:
             fh.write(sep + "  " + json.dumps(e))
@@ -87,11 +117,16 @@ def _open(path: Path) -> IO[str]:
 
 
 def write_gpu_trace(
-    path: Path | str, kernels: Sequence[Kernel], *, rank: int = 0, world_size: int = 1
+    path: Path | str,
+    kernels: Sequence[Kernel],
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    gpu_step_copies: bool = False,
 ) -> Path:
     path = Path(path)
     with _open(path) as fh:
-        _write(fh, [_events(kernels)], rank, world_size)
+        _write(fh, [_events(kernels, gpu_step_copies=gpu_step_copies)], rank, world_size)
     return path
 
 

@@ -1,4 +1,5 @@
-"""A real `python -m harness` CPU job per engine: its result.json carries the overlap summary."""
+"""A real `python -m harness` CPU job per engine: its result.json lists every rank's trace,
+and the offline summary of those traces (as harness.results computes it) has the overlap."""
 
 import json
 import os
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.trace.__main__ import main
+from harness.trace.cache import job_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("fsdp2", "fsdp2_tuned")
@@ -36,8 +38,10 @@ def real_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_each_engine_reports_overlap(real_jobs, capsys):
     overlap = {}
     for engine, job_dir in real_jobs.items():
-        profile = json.loads((job_dir / "result.json").read_text())["profile"]
-        assert profile["traces"] == ["traces/rank0.json.gz", "traces/rank1.json.gz"]
+        listed = json.loads((job_dir / "result.json").read_text())["profile"]
+        assert listed == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}
+        profile = job_profile(job_dir)
+        assert profile["traces"] == listed["traces"]
         assert len(profile["steps"]) == 4  # 2 ranks x 2 profiled steps
         s = profile["summary"]
         assert s["comm_s_per_step"] > 0 and s["compute_s_per_step"] > 0

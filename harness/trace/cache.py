@@ -1,0 +1,101 @@
+"""Trace summaries computed offline, cached beside each trace, for a whole sweep at once.
+
+Jobs only write traces; whoever reads a sweep (`harness.results`, and so the report)
+summarises them here. A summary is cached as `.<trace name>.summary.json` next to its trace,
+valid while the trace's size and mtime and the analysis version are unchanged, so a fix to
+the analysis (a bump of ANALYSIS_VERSION) reaches old sweeps. Jobs are summarised in a
+process pool.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from harness.trace.parse import TraceError
+from harness.trace.summary import find_traces, summarize_job, summarize_trace
+
+# Bump whenever a change to parsing, classification or overlap alters any summary.
+ANALYSIS_VERSION = 3
+
+
+def cache_path(trace: Path) -> Path:
+    return trace.with_name(f".{trace.name}.summary.json")
+
+
+def _key(trace: Path) -> dict[str, int]:
+    st = trace.stat()
+    return {"analysis_version": ANALYSIS_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_cache(trace: Path) -> dict[str, Any] | None:
+    try:
+        cached = json.loads(cache_path(trace).read_text())
+        if cached.get("key") == _key(trace):
+            return cached["value"]
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def _write_cache(trace: Path, key: dict[str, int], value: dict[str, Any]) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=trace.parent, prefix=f".{trace.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "value": value}, f)
+        os.replace(tmp, cache_path(trace))
+    except OSError:
+        pass  # a read-only sweep is summarised every time, which is still correct
+
+
+def cached_trace_summary(trace: Path) -> dict[str, Any]:
+    """summarize_trace(trace), from the cache when it is valid; a trace that cannot be
+    analysed raises TraceError (the failure is cached too)."""
+    trace = Path(trace)
+    value = _read_cache(trace)
+    if value is None:
+        key = _key(trace)  # taken before reading, so a trace rewritten meanwhile is redone
+        try:
+            value = summarize_trace(trace)
+        except TraceError as e:
+            value = {"error": str(e)}
+        _write_cache(trace, key, value)
+    if "error" in value:
+        raise TraceError(value["error"])
+    return {**value, "path": str(trace)}
+
+
+def is_cached(job_dir: Path) -> bool:
+    return all(_read_cache(p) is not None for p in find_traces(job_dir))
+
+
+def job_profile(job_dir: Path | str) -> dict[str, Any]:
+    """The job's trace summary (see summarize_job), or {"error": one line} when its traces
+    are missing or cannot be analysed."""
+    try:
+        return summarize_job(job_dir, summarize=cached_trace_summary)
+    except TraceError as e:
+        return {"error": str(e)}
+    except (OSError, ValueError) as e:
+        return {"error": f"trace analysis failed: {e}"}
+
+
+def job_profiles(job_dirs: list[Path], *, workers: int | None = None) -> dict[Path, dict]:
+    """job_profile of every job; jobs with an uncached trace are summarised in a process
+    pool of `workers` (default: the machine's cores)."""
+    stale = [d for d in job_dirs if not is_cached(d)]
+    out = {d: job_profile(d) for d in job_dirs if d not in set(stale)}
+    workers = min(workers or os.cpu_count() or 1, len(stale))
+    if workers <= 1:
+        out.update({d: job_profile(d) for d in stale})
+    else:
+        # forkserver: the caller may hold threads (Hydra's callback), which fork must not copy
+        ctx = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            out.update(zip(stale, pool.map(job_profile, stale), strict=True))
+    return {d: out[d] for d in job_dirs}

@@ -1,0 +1,99 @@
+"""The CUDA paths, checked without a GPU: backend choice and device mapping, pre-launch
+refusals, tokens drawn on the device, the profiled pass synchronising every step, and the
+allocator peaks restarted after build and warm-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import memory, worker
+from harness.config import JobConfig
+from harness.data import token_batch
+from harness.validate import validation_errors
+
+
+def test_backend_auto_follows_the_device() -> None:
+    assert worker.resolve_backend("auto", "cuda") == "nccl"
+    assert worker.resolve_backend("auto", "cpu") == "gloo"
+    assert worker.resolve_backend("gloo", "cuda") == "gloo"
+
+
+def test_gloo_shares_gpus_round_robin_nccl_keeps_one_each() -> None:
+    assert [worker.cuda_index("gloo", r, 1) for r in range(4)] == [0, 0, 0, 0]
+    assert [worker.cuda_index("gloo", r, 2) for r in range(4)] == [0, 1, 0, 1]
+    assert [worker.cuda_index("nccl", r, 4) for r in range(4)] == [0, 1, 2, 3]
+
+
+def test_pick_device_maps_gloo_ranks_onto_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    cfg = JobConfig(device="cuda", backend="gloo", gpus=3)
+    assert worker._pick_device(cfg, local_rank=2) == torch.device("cuda", 0)
+    assert chosen == [0]
+
+
+@pytest.mark.parametrize(
+    "overrides, local_gpus, fragment",
+    [
+        ({"backend": "nccl", "device": "cpu"}, None, "backend=nccl needs CUDA GPUs but device=cpu"),
+        ({"backend": "nccl", "gpus": 4}, 1, "gpus=4 is more than the 1 GPUs on this machine"),
+        ({"backend": "auto", "gpus": 2}, 1, "NCCL needs one GPU per rank"),
+        ({"backend": "mpi"}, None, "backend='mpi' is unknown; choose one of: auto, nccl, gloo"),
+    ],
+)
+def test_refused_before_launch(overrides: dict, local_gpus: int | None, fragment: str) -> None:
+    errors = validation_errors(JobConfig(**overrides), local_devices=local_gpus)
+    assert any(fragment in e for e in errors), errors
+
+
+def test_gloo_may_put_several_ranks_on_one_gpu() -> None:
+    cfg = JobConfig(device="cuda", backend="gloo", gpus=4)
+    assert validation_errors(cfg, local_devices=1) == []
+
+
+def test_tokens_are_drawn_on_the_device_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_copy(*args, **kwargs):
+        raise AssertionError("token_batch copied its tokens to the device")
+
+    monkeypatch.setattr(torch.Tensor, "to", no_copy)
+    kw = dict(seed=0, step=3, micro=1, micro_batch=2, seq_len=8, vocab=50)
+    inputs, targets = token_batch(rank=0, device=torch.device("cpu"), **kw)
+    again, _ = token_batch(rank=0, device=torch.device("cpu"), **kw)
+    other, _ = token_batch(rank=1, device=torch.device("cpu"), **kw)
+    assert inputs.shape == (2, 8) and torch.equal(inputs[:, 1:], targets[:, :-1])
+    assert torch.equal(inputs, again) and not torch.equal(inputs, other)
+
+
+def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path) -> None:
+    log: list[str] = []
+    monkeypatch.setattr(worker, "_synchronize", lambda device: log.append("sync"))
+
+    def fake_capture(run_step, *, steps, warmup, **_):
+        for i in range(warmup + steps):
+            run_step(i)
+        return None
+
+    import harness.profiling
+
+    monkeypatch.setattr(harness.profiling, "capture_profile", fake_capture)
+    cfg = JobConfig(warmup_steps=1, steps=2)
+    profile = worker._capture_profile(
+        cfg, tmp_path, 0, 2, torch.device("cpu"), lambda s: log.append(f"step{s}")
+    )
+    assert log == ["step3", "sync", "step4", "sync", "step5", "sync"]
+    # the job lists its traces; summaries are computed offline (harness.results)
+    assert profile == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}
+
+
+def test_cuda_peaks_restart_after_finishing_queued_work(monkeypatch) -> None:
+    log: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: log.append("read") or 7)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 9)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: log.append("reset"))
+    assert memory.restart_cuda_peaks(torch.device("cuda", 0)) == (7, 9)
+    assert log == ["sync", "read", "reset"]
