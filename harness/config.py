@@ -37,14 +37,14 @@ class ProfileConfig:
 
 @dataclass(kw_only=True)
 class FaultConfig:
-    """A deliberate failure for testing: kind none|raise|hang|oom on `rank` at `step`."""
+    """A deliberate failure for testing: kind none|raise|hang|oom|kill on `rank` at `step`."""
 
     kind: str = "none"
     rank: int = 0
     step: int = 1
 
 
-FAULT_KINDS = ("none", "raise", "hang", "oom")
+FAULT_KINDS = ("none", "raise", "hang", "oom", "kill")
 
 
 @dataclass(kw_only=True)

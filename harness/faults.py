@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 from harness.config import FaultConfig
@@ -19,5 +21,7 @@ def maybe_inject(fault: FaultConfig, *, rank: int, step: int) -> None:
     if fault.kind == "hang":
         while True:  # the collective timeout or the job wall-clock limit must end this
             time.sleep(1.0)
+    if fault.kind == "kill":  # dies the way the OOM killer or `kill -9` ends a rank
+        os.kill(os.getpid(), signal.SIGKILL)
     if fault.kind == "oom":
         raise MemoryError(f"injected fault: rank {rank} ran out of memory at step {step}")

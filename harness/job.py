@@ -1,21 +1,53 @@
 """One job = one grid point x one engine: validate, run its ranks, leave a result.json.
 
-Whatever happens (invalid config, crash, hang, out of memory), the job directory ends
-with a result.json that says so; a result that is already `ok` is never overwritten.
+Whatever happens (invalid config, crash, hang, out of memory, an interrupted runner), the
+job directory ends with a result.json that says so. A stored `ok` result is reused only
+when it was measured with the same config (harness.resume); otherwise it is set aside as
+`result.previous.json` and the job runs again.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
-from harness.rank_outcome import read_rank_outcomes, root_cause
+from harness.rank_outcome import (
+    read_rank_exits,
+    read_rank_outcomes,
+    root_cause,
+    unrecorded_failures,
+)
 from harness.result import RESULT_FILE, finished_ok, make_result, read_result, write_result
+from harness.resume import rerun_reason
 from harness.validate import validation_errors
+
+PREVIOUS_RESULT_FILE = "result.previous.json"
+
+
+class Interrupted(BaseException):
+    """The runner was told to stop (SIGINT, SIGTERM) while a job ran.
+
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way (in
+    Hydra or here) swallows it.
+    """
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What run_job did: the job's result, and whether it ran now or was reused/checked."""
+
+    result: dict[str, Any]
+    ran: bool  # False: an earlier ok result stands, or a dry run
+    job_dir: Path
 
 
 def in_distributed_env() -> bool:
@@ -23,28 +55,51 @@ def in_distributed_env() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run_job(cfg: JobConfig, job_dir: Path) -> dict[str, Any]:
-    """Run the job (or skip it if already ok) and return its result."""
+def run_job(
+    cfg: JobConfig,
+    job_dir: Path,
+    *,
+    refusals: list[str] | None = None,
+    on_poll: Callable[[], None] | None = None,
+    say: Callable[[str], None] = print,
+) -> JobOutcome:
+    """Run the job (or reuse its earlier ok result) and return what happened.
+
+    `refusals` are problems found before the config was typed (unknown fields); `on_poll`
+    is called while the ranks run; `say` prints a remark (a rerun's reason).
+    """
     job_dir = Path(job_dir)
-    if finished_ok(job_dir):
-        print(f"[harness] {job_dir}: already ok, skipped")
-        return read_result(job_dir / RESULT_FILE)
-    errors = validation_errors(cfg)  # needs no torch import, so a typo is refused at once
+    config = asdict(cfg)
+    errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:
-        verdict = "invalid: " + "; ".join(errors) if errors else "ok"
-        print(f"[harness] dry run: {describe(cfg)} -> {job_dir} [{verdict}]")
-        return make_result(status="invalid" if errors else "ok", config=asdict(cfg))
-    if in_distributed_env():
-        return run_in_existing_env(cfg, job_dir)
+        status = "invalid" if errors else "ok"
+        return JobOutcome(
+            make_result(status=status, config=config, error="; ".join(errors) or None),
+            False,
+            job_dir,
+        )
+    reason = rerun_reason(job_dir, config)
+    if reason is None:
+        return JobOutcome(read_result(job_dir / RESULT_FILE), False, job_dir)
+    if reason != "no result yet":
+        say(f"rerunning: {reason}")
+        _set_aside(job_dir)
     errors = errors or validation_errors(cfg, local_devices=_local_gpus(cfg))
     if errors:
-        return _write_failure(cfg, job_dir, "invalid", "; ".join(errors))
+        return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
     from harness.launch import launch_local
 
     _clear_previous_attempt(job_dir)
-    exit_code, timed_out = launch_local(cfg, job_dir)
-    return decide_result(cfg, job_dir, exit_code=exit_code, timed_out=timed_out)
+    try:
+        exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)
+    except (KeyboardInterrupt, Interrupted) as e:
+        name = e.signal_name if isinstance(e, Interrupted) else "SIGINT"
+        _write_failure(cfg, job_dir, "interrupted", f"the runner was interrupted ({name})")
+        raise Interrupted(name) from e
+    return JobOutcome(
+        decide_result(cfg, job_dir, exit_code=exit_code, timed_out=timed_out), True, job_dir
+    )
 
 
 def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
@@ -58,7 +113,9 @@ def decide_result(
     cfg: JobConfig, job_dir: Path, *, exit_code: int | None, timed_out: bool
 ) -> dict[str, Any]:
     """The job's result from what its ranks left behind."""
-    cause = root_cause(read_rank_outcomes(job_dir))
+    outcomes = read_rank_outcomes(job_dir)
+    outcomes += unrecorded_failures(outcomes, read_rank_exits(job_dir))
+    cause = root_cause(outcomes, world_size=cfg.gpus)
     if cause is None and finished_ok(job_dir):
         return read_result(job_dir / RESULT_FILE)
     if timed_out:
@@ -82,10 +139,16 @@ def describe(cfg: JobConfig) -> str:
 
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> dict[str, Any]:
     result = make_result(status=status, config=asdict(cfg), error=error)
-    if not finished_ok(job_dir):
-        write_result(job_dir, result)
-    print(f"[harness] {describe(cfg)}: {status}: {error}")
+    if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
+        write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
+
+
+def _set_aside(job_dir: Path) -> None:
+    """An earlier attempt's result must not pass for this attempt's."""
+    path = job_dir / RESULT_FILE
+    if path.exists():
+        os.replace(path, job_dir / PREVIOUS_RESULT_FILE)
 
 
 def _clear_previous_attempt(job_dir: Path) -> None:

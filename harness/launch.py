@@ -1,8 +1,11 @@
 """Start a job's ranks on this machine with torch elastic, never retrying a failure.
 
 `launch_local` runs the ranks in a child process group so that a job over its wall-clock
-limit can be killed whole; the child (`python -m harness.launch <job_dir>`) runs elastic
-launch with a c10d rendezvous on a free local port and `max_restarts=0`.
+limit, or one whose runner is interrupted, can be ended whole; the child
+(`python -m harness.launch <job_dir>`) runs elastic launch with a c10d rendezvous on a free
+local port and `max_restarts=0`.
+
+How ranks ended that died without recording an outcome is kept in `ranks/exits.json`.
 """
 
 from __future__ import annotations
@@ -13,13 +16,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
+from harness.rank_outcome import EXITS_FILE
 
 JOB_CONFIG_FILE = "job_config.json"
+POLL_S = 0.25
+TIMEOUT_GRACE_S = 10.0  # a job over its limit: time for the ranks to end themselves
+INTERRUPT_GRACE_S = 3.0  # a person pressed Ctrl-C: end everything within seconds
 
 
 def free_port() -> int:
@@ -28,40 +39,96 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_local(cfg: JobConfig, job_dir: Path) -> tuple[int | None, bool]:
-    """Run all ranks; return (exit code, timed_out). Ranks record their own outcomes."""
-    job_dir.mkdir(parents=True, exist_ok=True)
+def launch_local(
+    cfg: JobConfig, job_dir: Path, *, on_poll: Callable[[], None] | None = None
+) -> tuple[int | None, bool]:
+    """Run all ranks; return (exit code, timed_out). Ranks record their own outcomes.
+
+    `on_poll` is called a few times a second while the ranks run (progress display). An
+    interrupt (KeyboardInterrupt or any exception) ends the whole process group, then
+    propagates.
+    """
+    ranks_dir = job_dir / "ranks"
+    ranks_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / JOB_CONFIG_FILE).write_text(json.dumps(asdict(cfg), indent=2))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHELASTIC_"))}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.launch", str(job_dir)], start_new_session=True, env=env
+        [sys.executable, "-m", "harness.launch", str(job_dir)],
+        start_new_session=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + cfg.job_timeout_s
     try:
-        return proc.wait(timeout=cfg.job_timeout_s), False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return proc.returncode, True
+        while True:
+            try:
+                code = proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    _end_group(proc, TIMEOUT_GRACE_S)
+                    return proc.returncode, True
+                if on_poll is not None:
+                    on_poll()
+    except BaseException:
+        _end_group(proc, INTERRUPT_GRACE_S)
+        raise
+    _end_group(proc, 0.0)  # nothing of the job outlives it (stray helpers included)
+    return code, False
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _end_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the job's process group, give it `grace_s`, then SIGKILL whatever is left.
+
+    The group outlives its leader while any member lives, so the SIGKILL also reaches
+    ranks whose elastic agent has already gone.
+    """
+    with _interrupts_deferred():  # a second Ctrl-C must not leave the ranks running
+        if grace_s > 0 and proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _rank_entry(cfg_dict: dict, job_dir: str) -> None:
     from harness.worker import run_rank
 
     run_rank(config_from_dict(cfg_dict), Path(job_dir))
+
+
+def _record_exits(job_dir: Path, failures: dict) -> None:
+    """Exit code (negative: the signal) of each rank elastic saw fail first."""
+    exits = {
+        str(rank): {"exitcode": f.exitcode, "time": float(f.timestamp)}
+        for rank, f in failures.items()
+    }
+    (job_dir / "ranks" / EXITS_FILE).write_text(json.dumps(exits))
 
 
 def _elastic_main(job_dir: Path) -> int:
@@ -82,7 +149,8 @@ def _elastic_main(job_dir: Path) -> int:
     )
     try:
         elastic_launch(config, _rank_entry)(cfg_dict, str(job_dir))
-    except ChildFailedError:
+    except ChildFailedError as e:
+        _record_exits(job_dir, e.failures)
         return 1
     return 0
 

@@ -8,11 +8,14 @@ is decided from those files.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from harness.result import write_json_atomic
+
+EXITS_FILE = "exits.json"  # how ranks that failed first ended (exit code; negative: signal)
 
 # Errors that a rank sees because *another* rank died first: never the root cause.
 _SECONDARY_MARKERS = (
@@ -51,6 +54,41 @@ def _short(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[:limit] + " ... (full traceback in ranks/)"
 
 
+def read_rank_exits(job_dir: Path) -> dict[int, dict[str, Any]]:
+    try:
+        raw = json.loads((Path(job_dir) / "ranks" / EXITS_FILE).read_text())
+        return {int(rank): info for rank, info in raw.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _how_it_ended(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            return f"was killed ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"was killed (signal {-exitcode})"
+    return f"exited with code {exitcode} without recording an outcome"
+
+
+def unrecorded_failures(
+    outcomes: list[dict[str, Any]], exits: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Outcomes for ranks that died without writing one (SIGKILL, segfault, os._exit)."""
+    recorded = {o.get("rank") for o in outcomes}
+    return [
+        {
+            "rank": rank,
+            "status": "failed",
+            "error": _how_it_ended(int(info.get("exitcode", 1))),
+            "time": float(info.get("time", 0.0)),
+            "unrecorded": True,
+        }
+        for rank, info in sorted(exits.items())
+        if rank not in recorded and info.get("exitcode")
+    ]
+
+
 def read_rank_outcomes(job_dir: Path) -> list[dict[str, Any]]:
     outcomes = []
     for path in sorted((Path(job_dir) / "ranks").glob("rank*.json")):
@@ -61,16 +99,34 @@ def read_rank_outcomes(job_dir: Path) -> list[dict[str, Any]]:
     return outcomes
 
 
-def root_cause(outcomes: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """(status, 'rank r: error') of the failure that started it all, or None if none failed."""
+def root_cause(
+    outcomes: list[dict[str, Any]], *, world_size: int | None = None
+) -> tuple[str, str] | None:
+    """(status, 'rank r: error') of the failure that started it all, or None if none failed.
+
+    Outcomes from `unrecorded_failures` count like recorded ones. When every recorded
+    failure is a side effect of another rank's death and `world_size` says which ranks
+    left nothing, those ranks are named instead.
+    """
     failed = [o for o in outcomes if o.get("status") != "ok"]
     if not failed:
         return None
+    silent = sorted(set(range(world_size or 0)) - {o.get("rank") for o in outcomes})
+    if silent and all(_secondary(o) for o in failed):
+        names = ", ".join(str(r) for r in silent)
+        return "failed", (
+            f"rank {names} ended without recording an outcome (killed or crashed), and the "
+            "others lost their connection to it"
+        )
 
     def rank_of(o: dict[str, Any]) -> tuple[int, int, float]:
-        secondary = any(m in (o.get("error") or "") for m in _SECONDARY_MARKERS)
         severity = {"oom": 0, "failed": 1, "timeout": 2}.get(o["status"], 1)
-        return (int(secondary), severity, o.get("time", 0.0))
+        return (int(_secondary(o)), severity, o.get("time", 0.0))
 
     first = min(failed, key=rank_of)
-    return first["status"], f"rank {first['rank']}: {first['error']}"
+    sep = " " if first.get("unrecorded") else ": "
+    return first["status"], f"rank {first['rank']}{sep}{first['error']}"
+
+
+def _secondary(outcome: dict[str, Any]) -> bool:
+    return any(m in (outcome.get("error") or "") for m in _SECONDARY_MARKERS)

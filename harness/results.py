@@ -1,12 +1,13 @@
 """Aggregate a sweep's job directories into one table (`results.csv`), without torch.
 
 One row per job: grid coordinates, engine label, status and error, every scalar metric,
-the loss curve (JSON), the overlap summary of its traces, the environment and the job
-directory. Trace summaries are computed here from the trace files (cached beside each
-trace, see harness.trace.cache), not taken from result.json, so an analysis fix reaches old
-sweeps; a job whose traces are gone keeps the summary its result.json may hold.
-A result.json that cannot be trusted is not a row: it goes to `problems`, so the report
-can say which file was skipped and why.
+the loss curve (JSON), the overlap summary of its traces, the environment, the job
+directory, and the whole resolved config as `config.<field>` columns
+(`config.engine.label`, ...). Trace summaries are computed here from the trace files
+(cached beside each trace, see harness.trace.cache), not taken from result.json, so an
+analysis fix reaches old sweeps; a job whose traces are gone keeps the summary its
+result.json may hold. A result.json that cannot be trusted is not a row: it goes to
+`problems`, so the report can say which file was skipped and why.
 
     python -m harness.results <sweep dir>     # (re)builds <sweep dir>/results.csv
 """
@@ -17,12 +18,15 @@ import argparse
 import json
 import logging
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.result import RESULT_FILE, CorruptResultError, read_result
+from harness.resume import flatten
 from harness.trace.cache import job_profiles
 from harness.trace.summary import find_traces
 
@@ -69,6 +73,7 @@ JSON_METRICS = ["losses", "grad_norms", "step_times_s", "memory_breakdown"]
 # The engine's effective settings (result.json `engine_settings`), one JSON cell per job.
 ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
+CONFIG_PREFIX = "config."
 LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
 
 
@@ -92,6 +97,8 @@ def _row(
     }
     for key in CONFIG_COLUMNS:
         row[key] = config.get(key)
+    for key, value in flatten(config).items():
+        row[CONFIG_PREFIX + key] = value if _is_scalar(value) else json.dumps(value)
 
     metrics = result.get("metrics") or {}
     for key, value in metrics.items():
@@ -138,10 +145,11 @@ def _ordered_columns(columns: list[str]) -> list[str]:
     head = [c for c in first if c in present]
     profile = sorted(c for c in present if c.startswith(PROFILE_PREFIX))
     env = [c for c in ENV_COLUMNS if c in present]
+    config = sorted(c for c in present if c.startswith(CONFIG_PREFIX))
     tail_json = [c for c in [*JSON_METRICS, ENGINE_SETTINGS] if c in present]
-    placed = set(head) | set(profile) | set(env) | set(tail_json)
+    placed = set(head) | set(profile) | set(env) | set(config) | set(tail_json)
     rest = sorted(present - placed)
-    return head + rest + profile + env + tail_json
+    return head + rest + profile + env + config + tail_json
 
 
 def find_result_files(sweep_dir: Path) -> list[Path]:
@@ -177,7 +185,7 @@ def collect_results(
         name = f"{job_dir}/{RESULT_FILE}"
         try:
             rows.append(_row(result, job_dir, profiles.get(job_path)))
-        except (AttributeError, TypeError) as e:  # valid JSON, wrong shape inside
+        except (AttributeError, TypeError, IndexError) as e:  # valid JSON, odd shape inside
             found.append(f"corrupt result file {name}: unexpected layout ({e})")
     for hydra_dir in sorted(sweep_dir.rglob(".hydra")):
         # Hydra made the job directory, but the job never wrote its result (still running,
@@ -198,8 +206,35 @@ def collect_results(
     return df
 
 
-def _write_csv(sweep_dir: Path) -> tuple[Path, pd.DataFrame]:
-    df = collect_results(sweep_dir)
+def sweep_dir_problem(path: Path, *, writing: bool = True) -> str | None:
+    """Why `path` cannot be read (and, `writing`, written) as a sweep directory; None if it can.
+
+    A sweep directory holds job results (`<job>/result.json`), Hydra job directories or
+    Hydra's `multirun.yaml`; anything else is refused rather than given an empty table.
+    """
+    path = Path(path)
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    found = (
+        (path / "multirun.yaml").exists()
+        or next(path.rglob(RESULT_FILE), None) is not None
+        or next(path.rglob(".hydra"), None) is not None
+    )
+    if not found:
+        return (
+            f"{path} holds no job results (no <job>/result.json) and is not a Hydra sweep "
+            "directory; pass the directory a sweep wrote (hydra.sweep.dir)"
+        )
+    if writing and not os.access(path, os.W_OK):
+        return f"{path} is not writable, so {RESULTS_CSV} cannot be written there"
+    return None
+
+
+def _write_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> tuple[Path, pd.DataFrame]:
+    if df is None:
+        df = collect_results(sweep_dir)
     out = Path(sweep_dir) / RESULTS_CSV
     tmp = out.with_name(f".{RESULTS_CSV}.tmp")
     df.to_csv(tmp, index=False)
@@ -207,9 +242,10 @@ def _write_csv(sweep_dir: Path) -> tuple[Path, pd.DataFrame]:
     return out, df
 
 
-def write_results_csv(sweep_dir: Path) -> Path:
-    """(Re)build `<sweep_dir>/results.csv` from the job directories; return its path."""
-    return _write_csv(Path(sweep_dir))[0]
+def write_results_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> Path:
+    """(Re)build `<sweep_dir>/results.csv` from the job directories (or from their table
+    `df`, already collected); return its path."""
+    return _write_csv(Path(sweep_dir), df)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("sweep_dir", type=Path, nargs="+")
     args = parser.parse_args(argv)
+    refused = [p for p in map(sweep_dir_problem, args.sweep_dir) if p]
+    for problem in refused:
+        print(f"error: {problem}", file=sys.stderr)
+    if refused:
+        return 2
     for sweep in args.sweep_dir:
         out, df = _write_csv(sweep)
         counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())

@@ -5,6 +5,10 @@ Every message names the field and says what to change.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+from typing import Any
+
 from harness.config import ADAMW_IMPLS, BACKENDS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
 from harness.engines.registry import ADAPTER_NAMES
 from harness.models.shapes import MODEL_SHAPES
@@ -57,9 +61,14 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     for field in ("gpus", "seq_len", "micro_batch", "grad_accum", "steps", "gpus_per_node"):
         if getattr(cfg, field) < 1:
             errors.append(f"{field}={getattr(cfg, field)} must be at least 1")
-    for field in ("warmup_steps", "ckpt_layers"):
+    for field in ("warmup_steps", "ckpt_layers", "memory_limit_gb", "device_memory_gb"):
         if getattr(cfg, field) < 0:
             errors.append(f"{field}={getattr(cfg, field)} must be 0 or more")
+    if cfg.threads_per_rank < 0:
+        errors.append(f"threads_per_rank={cfg.threads_per_rank} must be 0 (cores / ranks) or more")
+    for field in ("job_timeout_s", "collective_timeout_s"):
+        if getattr(cfg, field) <= 0:
+            errors.append(f"{field}={getattr(cfg, field)} must be more than 0 seconds")
     if errors:
         return errors
 
@@ -69,6 +78,11 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
             f"ckpt_layers={cfg.ckpt_layers} is more than {cfg.model}'s {shape.n_layers} layers; "
             f"choose 0..{shape.n_layers}"
         )
+    if cfg.seq_len > shape.max_seq_len:
+        errors.append(
+            f"seq_len={cfg.seq_len} is more than {cfg.model}'s max_seq_len={shape.max_seq_len}; "
+            f"choose seq_len<={shape.max_seq_len}"
+        )
     if cfg.gpus > cfg.gpus_per_node and cfg.gpus % cfg.gpus_per_node:
         errors.append(
             f"gpus={cfg.gpus} does not split into nodes of gpus_per_node={cfg.gpus_per_node}; "
@@ -76,8 +90,14 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
         )
     if cfg.fault.kind != "none" and not 0 <= cfg.fault.rank < cfg.gpus:
         errors.append(f"fault.rank={cfg.fault.rank} is not a rank of gpus={cfg.gpus}")
+    if local_devices == 0:
+        errors.append(
+            f"device={cfg.device} asks for GPUs, but this machine has none; use "
+            "hardware=cpu (or device=cpu) here, or run on a GPU machine or with "
+            "hydra/launcher=slurm"
+        )
     # gloo may put several ranks on one GPU (rank -> local_rank % GPUs); NCCL cannot
-    if local_devices is not None and cfg.gpus > local_devices and cfg.backend != "gloo":
+    elif local_devices is not None and cfg.gpus > local_devices and cfg.backend != "gloo":
         errors.append(
             f"gpus={cfg.gpus} is more than the {local_devices} GPUs on this machine, and NCCL "
             f"needs one GPU per rank; use gpus<={local_devices} here, backend=gloo to share "
@@ -94,12 +114,39 @@ def _fit_errors(cfg: JobConfig, num_params: int) -> list[str]:
     have = cfg.device_memory_gb * 2**30
     if need <= have:
         return []
+    if world == 1 and cfg.engine.name == "local":  # more GPUs cannot help an unsharded copy
+        return [
+            f"model={cfg.model} needs {need / 2**30:.1f} GiB per device for weights, gradients "
+            f"and AdamW state unsharded (engine=local keeps a whole copy on every device), "
+            f"more than device_memory_gb={cfg.device_memory_gb}; use a sharded engine "
+            f"({', '.join(e for e in ADAPTER_NAMES if e != 'local')}) or a smaller model"
+        ]
     smallest = -(-num_params * SHARDED_BYTES_PER_PARAM // int(have))
     return [
         f"model={cfg.model} needs {need / 2**30:.1f} GiB per device for sharded weights, "
         f"gradients and AdamW state at gpus={world} (engine={cfg.engine.name}), more than "
         f"device_memory_gb={cfg.device_memory_gb}; use gpus>={smallest} or a smaller model"
     ]
+
+
+def unknown_field_errors(values: dict[str, Any], schema: type = JobConfig) -> list[str]:
+    """Keys in a composed config that no field of `schema` reads (a `+seqlen=512` typo).
+
+    Hydra adds a `+key` that the schema lacks without complaint, and the job would run
+    without it: refuse it, naming the field it most likely meant.
+    """
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    errors = []
+    for key, value in values.items():
+        field = fields.get(key)
+        if field is None:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"did you mean {close[0]}=?" if close else "see the fields in harness/config.py"
+            errors.append(f"{key} is not a field of the job config; {hint}")
+        elif isinstance(value, dict) and dataclasses.is_dataclass(field.default_factory):
+            nested = unknown_field_errors(value, field.default_factory)  # type: ignore[arg-type]
+            errors += [f"{key}.{e}" for e in nested]
+    return errors
 
 
 def validate(cfg: JobConfig, *, local_devices: int | None = None) -> None:

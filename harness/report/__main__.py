@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.report.render import build_report
+from harness.results import sweep_dir_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         help="output directory (default: <first sweep dir>/report)",
     )
     args = parser.parse_args(argv)
-    missing = [str(s) for s in args.sweep_dirs if not s.is_dir()]
-    if missing:
-        parser.error(f"not a directory: {', '.join(missing)}")
+    refused = [p for p in (sweep_dir_problem(s, writing=False) for s in args.sweep_dirs) if p]
+    if refused:
+        parser.error("; ".join(refused))
     out_dir = args.out if args.out is not None else args.sweep_dirs[0] / "report"
     path = build_report(args.sweep_dirs, out_dir)
     print(f"report written to {path}")

@@ -16,13 +16,23 @@ import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
 from harness.models.shapes import MODEL_SHAPES
-from harness.results import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
+from harness.results import CONFIG_PREFIX, MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
+from harness.resume import is_neutral
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
 # The YaFSDP README's row order: the published models by family and size, then the
 # CPU-sized members of the same family, as `harness.models.shapes` lists them.
 MODEL_ORDER = tuple(MODEL_SHAPES)
-STATUS_CELL = {"oom": "OOM", "failed": "failed", "timeout": "timeout", "invalid": "invalid"}
+STATUS_CELL = {
+    "oom": "OOM",
+    "failed": "failed",
+    "timeout": "timeout",
+    "invalid": "invalid",
+    "interrupted": "interrupted",
+}
+# Config fields beyond the grid point and setting that differ between the jobs shown
+# ("lr=0.01, fault.kind=raise"): part of what matches jobs, so no job hides another.
+VARIANT = "variant"
 MISSING = "—"
 
 # Loss parity tolerance, relative to the loss, by parameter dtype. Matched jobs start from
@@ -85,7 +95,36 @@ def engine_rank(label: str) -> tuple[int, str]:
 
 
 def match_key(row: pd.Series) -> tuple:
-    return tuple(as_int(value(row, c)) for c in MATCH_COLUMNS)
+    return (*(as_int(value(row, c)) for c in MATCH_COLUMNS), value(row, VARIANT) or "")
+
+
+def with_variants(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the VARIANT column from the `config.*` columns that vary between jobs.
+
+    An engine knob (`config.engine.*`) counts only when it varies within one engine label:
+    fsdp2 and fsdp2_tuned differ by design and are told apart by their label.
+    """
+    fixed = {CONFIG_PREFIX + c for c in MATCH_COLUMNS} | {
+        CONFIG_PREFIX + "engine.name",
+        CONFIG_PREFIX + "engine.label",
+    }
+    varying = []
+    for column in (c for c in df.columns if c.startswith(CONFIG_PREFIX) and c not in fixed):
+        field = column[len(CONFIG_PREFIX) :]
+        shown = df[column].map(repr)  # absent (NaN) counts as a value of its own
+        if is_neutral(field):
+            continue
+        if field.startswith("engine."):
+            if (shown.groupby(df["engine"]).nunique() > 1).any():
+                varying.append(column)
+        elif shown.nunique() > 1:
+            varying.append(column)
+    df = df.copy()
+    df[VARIANT] = [
+        ", ".join(f"{c[len(CONFIG_PREFIX) :]}={as_int(value(row, c))}" for c in varying)
+        for _, row in df.iterrows()
+    ]
+    return df
 
 
 def point_label(key: tuple, *, with_setting: bool = False) -> str:
@@ -97,7 +136,10 @@ def point_label(key: tuple, *, with_setting: bool = False) -> str:
 
 
 def setting_label(setting: tuple) -> str:
-    return ", ".join(f"{c}={v}" for c, v in zip(SETTING_COLUMNS, setting, strict=True))
+    """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0` plus the variant, if any."""
+    *settings, variant = setting
+    label = ", ".join(f"{c}={v}" for c, v in zip(SETTING_COLUMNS, settings, strict=True))
+    return f"{label}, {variant}" if variant else label
 
 
 def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

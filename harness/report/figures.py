@@ -11,11 +11,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.report.compare import (  # noqa: E402
-    MATCH_COLUMNS,
     Speedup,
     engine_rank,
     match_key,
     model_display,
+    setting_label,
     sort_jobs,
     value,
 )
@@ -114,11 +114,7 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
     ax.set_xticklabels(
         [
             f"{model_display(k[0])}\n{k[1]} GPUs\nseq {k[2]}, ckpt {k[3]}"
-            + (
-                "\n" + " ".join(f"{c}={v}" for c, v in zip(MATCH_COLUMNS[4:], k[4:], strict=True))
-                if several_settings
-                else ""
-            )
+            + ("\n" + setting_label(k[4:]).replace(", ", " ") if several_settings else "")
             for k in points
         ],
         fontsize=8,

@@ -30,6 +30,7 @@ from harness.report.compare import (
     sort_jobs,
     speedups,
     value,
+    with_variants,
 )
 from harness.report.engine_setup import engine_setup_table
 from harness.results import POINT_COLUMNS, PROFILE_PREFIX, collect_results
@@ -51,7 +52,8 @@ NOISE_LEGEND = (
     "*spread*: the larger of the two engines' p10-p90 step-time ranges, in % of T_fsdp. "
     "**n.s.** (not significant): |T_fsdp - T_yafsdp| is no larger than that spread, so "
     "ordinary step-to-step variation could produce the difference. A failed job shows its "
-    "status (`OOM`, `failed`, `timeout`, `invalid`); `—` means no such job in the sweep."
+    "status (`OOM`, `failed`, `timeout`, `invalid`, `interrupted`); `—` means no such job "
+    "in the sweep."
 )
 PROFILE_HEADERS = {
     PROFILE_PREFIX + "overlap_pct": "overlap %",
@@ -146,7 +148,7 @@ def load_sweeps(sweep_dirs: Sequence[Path]) -> tuple[pd.DataFrame, list[str]]:
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=["job_dir", "status", "engine", "job_label", "sweep"]), problems
-    return pd.concat(frames, ignore_index=True), problems
+    return with_variants(pd.concat(frames, ignore_index=True)), problems
 
 
 def _settings(df: pd.DataFrame) -> list[tuple]:
@@ -302,10 +304,22 @@ class _Report:
         for _, row in sort_jobs(self.df[self.df["status"] == "ok"]).iterrows():
             c = cells(row)
             if c is not None:
-                rows.append([*point_cells(match_key(row)), row["engine"], *c])
+                rows.append([*point_cells(match_key(row)), row["engine"], *self._setting(row), *c])
         if not rows:
             return None
-        return md_table([*POINT_HEADER, "engine", *columns], rows)
+        return md_table([*POINT_HEADER, "engine", *self._setting_header(), *columns], rows)
+
+    def _several_settings(self) -> bool:
+        return len(_settings(self.all_jobs)) > 1 if not self.all_jobs.empty else False
+
+    def _setting_header(self) -> list[str]:
+        """A `setting` column wherever jobs differ by more than grid point and engine."""
+        return ["setting"] if self._several_settings() else []
+
+    def _setting(self, row: pd.Series) -> list[str]:
+        if not self._several_settings():
+            return []
+        return [setting_label(match_key(row)[len(POINT_COLUMNS) :])]
 
     def timing(self) -> None:
         self.add("## Iteration time and noise")
@@ -527,12 +541,13 @@ class _Report:
             return
         self.add(
             md_table(
-                ["job", *POINT_HEADER, "engine", "status", "reason"],
+                ["job", *POINT_HEADER, "engine", *self._setting_header(), "status", "reason"],
                 [
                     [
                         f"`{r['job_label']}`",
                         *point_cells(match_key(r)),
                         r["engine"],
+                        *self._setting(r),
                         STATUS_CELL.get(r["status"], r["status"]),
                         short_error(value(r, "error")),
                     ]

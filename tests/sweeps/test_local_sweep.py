@@ -48,7 +48,9 @@ def test_sweep_writes_rows_and_resume_skips_finished_jobs(tmp_path: Path) -> Non
     victim = results[0]
     victim.write_text('{"schema_version": 1, "status": "o')
     proc = multirun(*TINY, *grid, sweep_dir=tmp_path)
-    assert proc.stdout.count("already ok, skipped") == 3
+    assert proc.stdout.count("skipped, an earlier ok result stands") == 3
+    assert proc.stdout.count("ok: iteration") == 1, "a skipped job must not read as run"
+    assert "rerunning: stored result is unusable" in proc.stdout
     for path in results:
         if path == victim:
             assert json.loads(path.read_text())["status"] == "ok"
@@ -58,26 +60,34 @@ def test_sweep_writes_rows_and_resume_skips_finished_jobs(tmp_path: Path) -> Non
 
 
 def test_failing_jobs_become_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    proc = multirun(*TINY, "engine=fsdp2", "+drill=crash,hang,oom,invalid", sweep_dir=tmp_path)
+    proc = multirun(*TINY, "engine=fsdp2", "+drill=crash,hang,oom,invalid,kill", sweep_dir=tmp_path)
     by_drill = {}
     for path in tmp_path.glob("*/result.json"):
         # Job directories are named by their overrides: "+drill=crash,engine=fsdp2,...".
         drill = path.parent.name.split("+drill=")[1].split(",")[0]
         by_drill[drill] = json.loads(path.read_text())
     status = {drill: r["status"] for drill, r in by_drill.items()}
-    assert status == {"crash": "failed", "hang": "timeout", "oom": "oom", "invalid": "invalid"}
+    assert status == {
+        "crash": "failed",
+        "hang": "timeout",
+        "oom": "oom",
+        "invalid": "invalid",
+        "kill": "failed",
+    }
     errors = {drill: r["error"] for drill, r in by_drill.items()}
     assert "rank 1" in errors["crash"] and "injected fault" in errors["crash"]
     assert "memory_limit_gb" in errors["oom"]
     assert "ckpt_layers=99" in errors["invalid"]
+    assert errors["kill"] == "rank 1 was killed (SIGKILL)"
     table = rows(tmp_path)
-    assert sorted(r["status"] for r in table) == ["failed", "invalid", "oom", "timeout"]
+    assert sorted(r["status"] for r in table) == ["failed", "failed", "invalid", "oom", "timeout"]
     assert "sweep results" in proc.stdout
 
 
 def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> None:
-    proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=tmp_path)
-    jobs = [line for line in proc.stdout.splitlines() if "dry run:" in line]
+    sweep = tmp_path / "sweep"
+    proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=sweep)
+    jobs = [line for line in proc.stdout.splitlines() if ": dry run -> " in line]
     assert len(jobs) == 16 * 3
     assert all(line.endswith("[ok]") for line in jobs)
     points = {line.split(" engine=")[0] + line.split("gpus=")[1].split(" ->")[0] for line in jobs}
@@ -89,4 +99,5 @@ def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> Non
         )
         == 1
     )
-    assert not list(tmp_path.glob("*/result.json")), "a dry run must not leave results"
+    assert not sweep.exists(), "a dry run must leave nothing behind"
+    assert "never finished" not in proc.stdout + proc.stderr

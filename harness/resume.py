@@ -1,0 +1,66 @@
+"""Resume: may a job directory's stored result stand for the job that is asked for now?
+
+Only when it is `ok` and was measured with the same resolved config, apart from the
+fields that cannot change a measurement (`harness.result.RESULT_NEUTRAL_FIELDS`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.result import (
+    RESULT_FILE,
+    RESULT_NEUTRAL_FIELDS,
+    CorruptResultError,
+    read_result,
+)
+
+_ABSENT = "(absent)"
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"engine": {"name": "x"}} -> {"engine.name": "x"}; an empty mapping stays a leaf."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def is_neutral(field: str) -> bool:
+    return field.split(".")[0] in RESULT_NEUTRAL_FIELDS
+
+
+def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """'field: stored -> requested' for every field that changes results and differs."""
+    old, new = flatten(stored), flatten(requested)
+    diffs = []
+    for field in sorted(set(old) | set(new)):
+        if is_neutral(field):
+            continue
+        a, b = old.get(field, _ABSENT), new.get(field, _ABSENT)
+        if a != b:
+            diffs.append(f"{field}: {a!r} -> {b!r}")
+    return diffs
+
+
+def rerun_reason(job_dir: Path, config: dict[str, Any]) -> str | None:
+    """Why the job must run (again), or None when its stored ok result stands for it."""
+    path = Path(job_dir) / RESULT_FILE
+    if not path.exists():
+        return "no result yet"
+    try:
+        stored = read_result(path)
+    except CorruptResultError as e:
+        return f"stored result is unusable ({str(e).removeprefix(f'{path}: ')})"
+    if stored["status"] != "ok":
+        return f"previous attempt ended {stored['status']}"
+    diffs = config_differences(stored["config"], config)
+    if diffs:
+        shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+        return f"stored ok result was measured with another config ({shown})"
+    return None

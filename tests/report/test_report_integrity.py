@@ -1,0 +1,65 @@
+"""The report never drops or merges jobs silently: damaged results are listed problems, and
+jobs that differ in any config field are told apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from sweep_fixtures import demo_sweep, write_job
+
+from harness.report import build_report
+from harness.results import collect_results
+
+
+def _set_config(path: Path, **fields: object) -> None:
+    result = json.loads(path.read_text())
+    result["config"].update(fields)
+    path.write_text(json.dumps(result))
+
+
+def test_a_malformed_result_is_listed_and_the_rest_renders(tmp_path: Path) -> None:
+    sweep = demo_sweep(tmp_path / "sweep")
+    for job, metric, bad in (("7", "losses", "abc"), ("8", "iteration_time_s", "fast")):
+        path = write_job(sweep, job, engine="fsdp2_tuned")
+        result = json.loads(path.read_text())
+        result["metrics"][metric] = bad
+        path.write_text(json.dumps(result))
+    assert len(collect_results(sweep)) == 6
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "6 jobs" in text
+    problems = text.split("## Problems")[1]
+    assert "7/result.json" in problems and "metrics.losses='abc'" in problems
+    assert "8/result.json" in problems and "metrics.iteration_time_s='fast'" in problems
+
+
+def test_jobs_differing_in_an_unmatched_field_are_all_shown(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job, engine, lr, t in (
+        ("a", "yafsdp", 3e-4, 1.0),
+        ("b", "yafsdp", 1e-2, 2.0),
+        ("c", "fsdp1", 3e-4, 1.5),
+        ("d", "fsdp1", 1e-2, 3.0),
+    ):
+        _set_config(write_job(sweep, job, engine=engine, step_times=[t] * 5), lr=lr)
+    table = collect_results(sweep)
+    assert sorted(table["config.lr"]) == [3e-4, 3e-4, 1e-2, 1e-2]
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "runs; using" not in text, "a job was taken for a repeat of another"
+    assert "Setting: micro_batch=1, grad_accum=1, dtype=bf16, seed=0, lr=0.01." in text
+    assert "Setting: micro_batch=1, grad_accum=1, dtype=bf16, seed=0, lr=0.0003." in text
+    timing = text.split("## Iteration time and noise")[1].split("## ")[0]
+    assert "| engine | setting |" in timing
+    assert timing.count("lr=0.01 |") == 2 and timing.count("lr=0.0003 |") == 2
+    combined = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert "config.lr" in combined.columns
+
+
+def test_engine_knobs_that_come_with_the_label_are_no_variant(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    write_job(sweep, "0", engine="fsdp2")
+    write_job(sweep, "1", engine="fsdp2_tuned")  # async_unshard differs by design
+    write_job(sweep, "2", engine="yafsdp")
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "async_unshard" not in text and "| setting |" not in text
