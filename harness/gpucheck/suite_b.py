@@ -45,7 +45,7 @@ def job_config(label: str, world_size: int) -> JobConfig:
 def job_losses(label: str, world_size: int, root: Path) -> list[float]:
     from harness.job import run_job
 
-    result = run_job(job_config(label, world_size), root / f"{label}_g{world_size}")
+    result = run_job(job_config(label, world_size), root / f"{label}_g{world_size}").result
     if result.get("status") != "ok":
         raise RuntimeError(
             f"{label} at {world_size} ranks: {result.get('status')}: {result.get('error')}"

@@ -46,7 +46,7 @@ def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
     for rep in range(REPEATS):
         for seq in SEQ_LENS:
             for engine in ENGINES:
-                result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{rep}")
+                result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{rep}").result
                 assert result["status"] == "ok", result.get("error")
                 m = result["metrics"]
                 row = {
