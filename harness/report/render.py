@@ -26,14 +26,13 @@ from harness.report.compare import (
     model_display,
     point_label,
     select_runs,
-    setting_label,
     sort_jobs,
     speedups,
     value,
     with_variants,
 )
 from harness.report.engine_setup import engine_setup_table
-from harness.results import POINT_COLUMNS, PROFILE_PREFIX, collect_results
+from harness.results import PROFILE_PREFIX, GridPoint, Setting, collect_results
 from harness.trace.timeline import parse_sweep_timeline_name
 
 REPORT_FILE = "report.md"
@@ -120,9 +119,8 @@ def speedup_cell(s: Speedup) -> str:
     return text
 
 
-def point_cells(key: tuple) -> list[object]:
-    model, gpus, seq_len, ckpt = key[: len(POINT_COLUMNS)]
-    return [model_display(model), gpus, seq_len, ckpt]
+def point_cells(key: GridPoint) -> list[object]:
+    return [model_display(key.model), key.gpus, key.seq_len, key.ckpt_layers]
 
 
 def short_error(error: object) -> str:
@@ -151,17 +149,17 @@ def load_sweeps(sweep_dirs: Sequence[Path]) -> tuple[pd.DataFrame, list[str]]:
     return with_variants(pd.concat(frames, ignore_index=True)), problems
 
 
-def _settings(df: pd.DataFrame) -> list[tuple]:
-    seen: list[tuple] = []
+def _settings(df: pd.DataFrame) -> list[Setting]:
+    seen: list[Setting] = []
     for _, row in sort_jobs(df).iterrows():
-        s = match_key(row)[len(POINT_COLUMNS) :]
+        s = match_key(row).setting
         if s not in seen:
             seen.append(s)
     return seen
 
 
-def _in_setting(df: pd.DataFrame, setting: tuple) -> pd.DataFrame:
-    mask = [match_key(r)[len(POINT_COLUMNS) :] == setting for _, r in df.iterrows()]
+def _in_setting(df: pd.DataFrame, setting: Setting) -> pd.DataFrame:
+    mask = [match_key(r).setting == setting for _, r in df.iterrows()]
     return df[mask]
 
 
@@ -246,7 +244,7 @@ class _Report:
                 rows = speedups(_in_setting(df, setting), baseline, self.parity)
                 if not rows:
                     continue
-                self.add(f"Setting: {setting_label(setting)}.")
+                self.add(f"Setting: {setting.label()}.")
                 self.add(
                     md_table(
                         PUBLISHED_HEADER,
@@ -289,9 +287,9 @@ class _Report:
         )
         self.add(md_table(header, rows))
 
-    def _figure_path(self, stem: str, setting: tuple, settings: list[tuple]) -> Path:
+    def _figure_path(self, stem: str, setting: Setting, settings: list[Setting]) -> Path:
         if len(settings) > 1:
-            stem += "_" + re.sub(r"[^A-Za-z0-9]+", "_", setting_label(setting)).strip("_")
+            stem += "_" + re.sub(r"[^A-Za-z0-9]+", "_", setting.label()).strip("_")
         return self.out_dir / "figures" / f"{stem}.png"
 
     def _rel(self, path: Path) -> str:
@@ -319,7 +317,7 @@ class _Report:
     def _setting(self, row: pd.Series) -> list[str]:
         if not self._several_settings():
             return []
-        return [setting_label(match_key(row)[len(POINT_COLUMNS) :])]
+        return [match_key(row).setting.label()]
 
     def timing(self) -> None:
         self.add("## Iteration time and noise")
