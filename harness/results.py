@@ -105,10 +105,6 @@ class GridPoint:
         setting = Setting(*(values.get(c) for c in SETTING_COLUMNS), variant=variant)
         return cls(*(values.get(c) for c in POINT_COLUMNS), setting=setting)
 
-    def coordinates(self) -> tuple[Any, ...]:
-        """(model, gpus, seq_len, ckpt_layers)."""
-        return (self.model, self.gpus, self.seq_len, self.ckpt_layers)
-
 
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))

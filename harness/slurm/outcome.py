@@ -40,7 +40,7 @@ class JobEnd:
     task_errors: dict[int, str] = field(default_factory=dict)  # from submitit, per task
 
 
-def _first_line(text: str | None, limit: int = 500) -> str:
+def _last_line(text: str | None, limit: int = 500) -> str:
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1][:limit] if lines else ""
 
@@ -115,7 +115,7 @@ def _verdict(
         return "oom", f"SLURM killed job {end.slurm_job_id} for exceeding its memory"
     if missing:
         texts = [end.task_errors.get(r) for r in missing]
-        detail = next((_first_line(t) for t in texts if t), "")
+        detail = next((_last_line(t) for t in texts if t), "")
         err = f"ranks {missing} ended without an outcome (SLURM state {state})"
         return "failed", err + (f": {detail}" if detail else "")
     return None, None  # every rank reported ok: that outweighs SLURM's view of the teardown

@@ -52,6 +52,6 @@ def test_a_grid_point_names_its_coordinates_and_setting() -> None:
     values = dict(model="llama_tiny", gpus=2, seq_len=128, ckpt_layers=1)
     values |= dict(micro_batch=1, grad_accum=2, dtype="bf16", seed=0)
     point = GridPoint.of(values, variant="lr=0.01")
-    assert point.coordinates() == ("llama_tiny", 2, 128, 1)
+    assert (point.model, point.seq_len, point.setting.grad_accum) == ("llama_tiny", 128, 2)
     assert point.setting.label() == "micro_batch=1, grad_accum=2, dtype=bf16, seed=0, lr=0.01"
     assert point == GridPoint.of(values, variant="lr=0.01") != GridPoint.of(values)
