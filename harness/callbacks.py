@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
+from harness.result import Result
 
 
 @dataclass
@@ -21,7 +22,7 @@ class ActiveSweep:
     dry_run: bool
     existed: bool  # the sweep directory was there before this run
     lock: DirLock | None
-    results: list[dict[str, Any]] = field(default_factory=list)  # one per job, in order
+    results: list[Result] = field(default_factory=list)  # one per job, in order
 
     def finish(self) -> Path | None:
         """Write results.csv and the timelines (not for a dry run); release the lock."""

@@ -25,6 +25,7 @@ from harness import callbacks
 from harness.config import JobConfig
 from harness.dirlock import DirectoryLocked, acquire
 from harness.job import Interrupted, JobOutcome, in_distributed_env, run_in_existing_env, run_job
+from harness.result import Result
 from harness.slurm import register_plugin
 from harness.validate import unknown_field_errors
 
@@ -41,7 +42,7 @@ register_plugin()  # hydra/launcher=slurm, also from a source checkout
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")
-def run(cfg: DictConfig) -> dict[str, Any] | None:
+def run(cfg: DictConfig) -> Result | None:
     """The Hydra task: one job, in this process's sweep or on its own."""
     refusals = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
     job_cfg: JobConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
@@ -66,7 +67,7 @@ def run(cfg: DictConfig) -> dict[str, Any] | None:
         sweep.results.append(outcome.result)
     if job_cfg.dry_run:
         _remove_if_empty(job_dir)
-    status = outcome.result["status"]
+    status = outcome.result.status
     # A single run reports failure through its exit code; a sweep goes on to the next job.
     if single and status != "ok":
         sys.exit(EXIT_INVALID if status == "invalid" else EXIT_FAILED)
@@ -83,22 +84,20 @@ def _job_label(cfg: JobConfig, overrides: Any) -> str:
 
 def _outcome_text(outcome: JobOutcome) -> str:
     result = outcome.result
-    status = result["status"]
-    if result["config"].get("dry_run"):
-        verdict = "ok" if status == "ok" else f"invalid: {result['error']}"
+    status = result.status
+    if result.config.get("dry_run"):
+        verdict = "ok" if status == "ok" else f"invalid: {result.error}"
         return f"dry run -> {outcome.job_dir} [{verdict}]"
     if status != "ok":
-        return f"{status}: {result['error']}"
-    m = result["metrics"]
+        return f"{status}: {result.error}"
+    m = result.metrics
     where = outcome.job_dir / "result.json"
     if not outcome.ran:
-        return (
-            f"skipped, an earlier ok result stands ({m['iteration_time_s']:.4f} s/step) -> {where}"
-        )
+        return f"skipped, an earlier ok result stands ({m.iteration_time_s:.4f} s/step) -> {where}"
     return (
-        f"ok: iteration {m['iteration_time_s']:.4f} s (p10 {m['iteration_time_p10_s']:.4f}, "
-        f"p90 {m['iteration_time_p90_s']:.4f}), {m['tokens_per_s_per_device']:.0f} "
-        f"tokens/s/device, final loss {m['losses'][-1]:.4f} -> {where}"
+        f"ok: iteration {m.iteration_time_s:.4f} s (p10 {m.iteration_time_p10_s:.4f}, "
+        f"p90 {m.iteration_time_p90_s:.4f}), {m.tokens_per_s_per_device:.0f} "
+        f"tokens/s/device, final loss {m.losses[-1]:.4f} -> {where}"
     )
 
 
@@ -123,7 +122,7 @@ def _after_interrupt(signal_name: str) -> None:
         print(f"[harness] interrupted ({signal_name}); rerun with: {command}", file=sys.stderr)
         return
     path = sweep.finish()
-    done = sum(r["status"] not in ("interrupted",) for r in sweep.results)
+    done = sum(r.status != "interrupted" for r in sweep.results)
     print(
         f"[harness] interrupted ({signal_name}) after {done} finished job(s); results in "
         f"{path}; resume with the same command: {command}",

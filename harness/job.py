@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.config import JobConfig
 from harness.rank_outcome import (
@@ -22,7 +21,7 @@ from harness.rank_outcome import (
     root_cause,
     unrecorded_failures,
 )
-from harness.result import RESULT_FILE, finished_ok, make_result, read_result, write_result
+from harness.result import RESULT_FILE, Result, finished_ok, make_result, read_result, write_result
 from harness.resume import rerun_reason
 from harness.validate import validation_errors
 
@@ -45,7 +44,7 @@ class Interrupted(BaseException):
 class JobOutcome:
     """What run_job did: the job's result, and whether it ran now or was reused/checked."""
 
-    result: dict[str, Any]
+    result: Result
     ran: bool  # False: an earlier ok result stands, or a dry run
     job_dir: Path
 
@@ -102,7 +101,7 @@ def run_job(
     )
 
 
-def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
+def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Run this process as one rank of an environment someone else set up (SLURM, torchrun)."""
     from harness.worker import run_rank
 
@@ -111,7 +110,7 @@ def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
 
 def decide_result(
     cfg: JobConfig, job_dir: Path, *, exit_code: int | None, timed_out: bool
-) -> dict[str, Any]:
+) -> Result:
     """The job's result from what its ranks left behind."""
     outcomes = read_rank_outcomes(job_dir)
     outcomes += unrecorded_failures(outcomes, read_rank_exits(job_dir))
@@ -137,7 +136,7 @@ def describe(cfg: JobConfig) -> str:
     )
 
 
-def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> dict[str, Any]:
+def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:
     result = make_result(status=status, config=asdict(cfg), error=error)
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands

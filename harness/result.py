@@ -15,12 +15,18 @@ Layout (schema_version 1):
              memory_source, memory_breakdown (dict|None), losses (one per warm-up and timed
              step), grad_norms (the global gradient norm of each of those steps before
              clipping; None when clipping is off),
+             loss_steps (the step index of each loss),
     profile  None, or {traces: [paths relative to the job dir]}; older results may also
              hold steps and summary. harness.results summarises the traces themselves.
     engine_settings  the engine's effective settings, flat (None for a job that never
              built its engine): its own (for fsdp2 `groups` and `reshard_after_forward`,
              for fsdp1 `use_orig_params`, prefetch and dtypes, for yafsdp `units`) plus
              clip_grad_norm, optimizer and ckpt_layers.
+    Any other top-level key (the SLURM submitter's `slurm`), metric or profile field is kept
+    as it was read and written back unchanged.
+
+`Result`, `Metrics` and `Profile` are this layout typed; `read_result` is the one reader
+(it checks every field's type first) and `write_result` the one writer.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -41,22 +48,6 @@ STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
 RESULT_NEUTRAL_FIELDS = frozenset(
     {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s"}
 )
-
-_NUMBER_METRICS = (
-    "iteration_time_s",
-    "iteration_time_p10_s",
-    "iteration_time_p90_s",
-    "tokens_per_s_per_device",
-    "tflops_per_device",
-    "mfu",
-    "peak_flops_per_device",
-    "flops_per_token",
-    "peak_memory_allocated_bytes",
-    "peak_memory_reserved_bytes",
-    "peak_rss_bytes",
-)
-_NUMBER_LIST_METRICS = ("step_times_s", "losses")
-_TEXT_METRICS = ("peak_flops_source", "peak_rss_scope", "memory_source")
 
 
 class CorruptResultError(ValueError):
@@ -91,6 +82,156 @@ def _umask() -> int:
     return mask
 
 
+# The kinds of value a typed field may hold; the reader checks each before trusting a file.
+NUMBER, NUMBERS, TEXT, TEXTS, OBJECT, LIST = "number", "numbers", "text", "texts", "object", "list"
+SCALAR_KINDS = (NUMBER, TEXT)  # one CSV cell each; the others are stored as JSON text
+
+
+def _field(kind: str) -> Any:
+    return field(default=None, metadata={"kind": kind})
+
+
+class _Record:
+    """A JSON object with typed fields, keeping keys it does not know in `extra`.
+
+    A field read as an explicit null is written back as null, one never given is left out,
+    so a record round-trips unchanged.
+    """
+
+    extra: dict[str, Any]
+    nulls: frozenset[str]
+    LAYOUT: ClassVar[str]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        known = {f.name for f in typed_fields(cls)}
+        return cls(
+            **{k: v for k, v in data.items() if k in known},
+            extra={k: v for k, v in data.items() if k not in known},
+            nulls=frozenset(k for k in known if k in data and data[k] is None),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            f.name: getattr(self, f.name)
+            for f in typed_fields(type(self))
+            if getattr(self, f.name) is not None or f.name in self.nulls
+        }
+        return {**out, **self.extra}
+
+
+def typed_fields(cls: type) -> list[Any]:
+    """The fields of a record that the layout names (not `extra`, not `nulls`)."""
+    return [f for f in fields(cls) if "kind" in f.metadata]
+
+
+@dataclass(kw_only=True)
+class Metrics(_Record):
+    """`metrics` of result.json: what the timed steps measured (None: not measured).
+
+    Declared in the order the worker writes them, which results.csv's columns follow."""
+
+    step_times_s: list[float] | None = _field(NUMBERS)
+    iteration_time_s: float | None = _field(NUMBER)  # median
+    iteration_time_p10_s: float | None = _field(NUMBER)
+    iteration_time_p90_s: float | None = _field(NUMBER)
+    tokens_per_s_per_device: float | None = _field(NUMBER)
+    tflops_per_device: float | None = _field(NUMBER)
+    mfu: float | None = _field(NUMBER)
+    flops_per_token: float | None = _field(NUMBER)
+    peak_flops_per_device: float | None = _field(NUMBER)
+    peak_flops_source: str | None = _field(TEXT)
+    peak_memory_allocated_bytes: int | None = _field(NUMBER)
+    peak_memory_reserved_bytes: int | None = _field(NUMBER)
+    peak_rss_bytes: int | None = _field(NUMBER)
+    peak_rss_scope: str | None = _field(TEXT)
+    build_peak_memory_allocated_bytes: int | None = _field(NUMBER)
+    build_peak_memory_reserved_bytes: int | None = _field(NUMBER)
+    num_alloc_retries: int | None = _field(NUMBER)
+    num_ooms: int | None = _field(NUMBER)
+    memory_source: str | None = _field(TEXT)
+    memory_breakdown: dict[str, Any] | None = _field(OBJECT)
+    losses: list[float | None] | None = _field(NUMBERS)
+    loss_steps: list[int] | None = _field(NUMBERS)
+    grad_norms: list[float | None] | None = _field(NUMBERS)
+    extra: dict[str, Any] = field(default_factory=dict)
+    nulls: frozenset[str] = frozenset()
+    LAYOUT: ClassVar[str] = "metrics"
+
+
+@dataclass(kw_only=True)
+class Profile(_Record):
+    """`profile` of result.json: the job's trace files; older results carry a summary."""
+
+    traces: list[str] | None = _field(TEXTS)  # relative to the job directory
+    steps: list[Any] | None = _field(LIST)
+    summary: dict[str, Any] | None = _field(OBJECT)
+    error: str | None = _field(TEXT)
+    warnings: list[str] | None = _field(TEXTS)
+    extra: dict[str, Any] = field(default_factory=dict)
+    nulls: frozenset[str] = frozenset()
+    LAYOUT: ClassVar[str] = "profile"
+
+
+@dataclass(kw_only=True)
+class Result:
+    """One job's result.json."""
+
+    status: str
+    config: dict[str, Any]  # the resolved JobConfig as a dict
+    error: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    profile: Profile | None = None
+    engine_settings: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # top-level keys such as `slurm`
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status={self.status!r}; expected one of {STATUSES}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        """The config's engine as {name, label, ...}; an engine given as a bare name too."""
+        engine = self.config.get("engine") or {}
+        return {"name": engine, "label": engine} if isinstance(engine, str) else engine
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "status": self.status,
+            "error": self.error,
+            "config": self.config,
+            "env": self.env,
+            "metrics": self.metrics.to_dict(),
+            "profile": None if self.profile is None else self.profile.to_dict(),
+            "engine_settings": self.engine_settings,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Result:
+        """The record of a result.json's contents, as they are (read_result checks them)."""
+        top = {"schema_version", "status", "error", "config", "env", "metrics", "profile"}
+        profile = data.get("profile")
+        return cls(
+            schema_version=data["schema_version"],
+            status=data["status"],
+            error=data.get("error"),
+            config=data["config"],
+            env=data.get("env") or {},
+            metrics=Metrics.from_dict(data.get("metrics") or {}),
+            profile=None if profile is None else Profile.from_dict(profile),
+            engine_settings=data.get("engine_settings"),
+            extra={k: v for k, v in data.items() if k not in top | {"engine_settings"}},
+        )
+
+
 def make_result(
     *,
     status: str,
@@ -100,29 +241,30 @@ def make_result(
     metrics: dict[str, Any] | None = None,
     profile: dict[str, Any] | None = None,
     engine_settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    if status not in STATUSES:
-        raise ValueError(f"status={status!r}; expected one of {STATUSES}")
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": status,
-        "error": error,
-        "config": config,
-        "env": env or {},
-        "metrics": metrics or {},
-        "profile": profile,
-        "engine_settings": engine_settings,
-    }
+) -> Result:
+    """A job's result from the pieces its producer holds (the field types are not checked
+    here: read_result refuses a file that breaks them)."""
+    return Result(
+        status=status,
+        error=error,
+        config=config,
+        env=env or {},
+        metrics=Metrics.from_dict(metrics or {}),
+        profile=None if profile is None else Profile.from_dict(profile),
+        engine_settings=engine_settings,
+    )
 
 
-def write_result(job_dir: Path, result: dict[str, Any]) -> Path:
+def write_result(job_dir: Path, result: Result) -> Path:
+    """The one writer: `<job_dir>/result.json`, atomically."""
     path = Path(job_dir) / RESULT_FILE
-    write_json_atomic(path, result)
+    write_json_atomic(path, result.to_dict())
     return path
 
 
-def read_result(path: Path) -> dict[str, Any]:
-    """Read and check a result.json; raise CorruptResultError naming the file if unusable."""
+def read_result(path: Path) -> Result:
+    """The one reader: check a result.json and type it; raise CorruptResultError naming the
+    file if it cannot be trusted."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -135,18 +277,14 @@ def read_result(path: Path) -> dict[str, Any]:
         raise CorruptResultError(f"{path}: missing fields {missing}")
     if data["status"] not in STATUSES:
         raise CorruptResultError(f"{path}: unknown status {data['status']!r}")
-    problems = schema_problems(data)
+    problems = _schema_problems(data)
     if problems:
         raise CorruptResultError(f"{path}: {'; '.join(problems)}")
-    return data
+    return Result.from_dict(data)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def schema_problems(data: dict[str, Any]) -> list[str]:
-    """Fields whose type breaks the schema above, each named; empty when the result is sound."""
+def _schema_problems(data: dict[str, Any]) -> list[str]:
+    """Fields whose type breaks the layout, each named; empty when the result is sound."""
     problems = []
     if data["schema_version"] != SCHEMA_VERSION:
         problems.append(f"schema_version={data['schema_version']!r}, expected {SCHEMA_VERSION}")
@@ -161,35 +299,47 @@ def schema_problems(data: dict[str, Any]) -> list[str]:
         return problems
     if not isinstance(data["config"].get("engine", {}), (dict, str)):
         problems.append("config.engine is neither an object nor a name")
-    metrics = data.get("metrics") or {}
-    for key in _NUMBER_METRICS:
-        if metrics.get(key) is not None and not _is_number(metrics[key]):
-            problems.append(f"metrics.{key}={metrics[key]!r} is not a number")
-    for key in _NUMBER_LIST_METRICS:
-        values = metrics.get(key)
-        if values is not None and not (
-            isinstance(values, list) and all(v is None or _is_number(v) for v in values)
-        ):
-            problems.append(f"metrics.{key}={values!r:.60} is not a list of numbers")
-    for key in _TEXT_METRICS:
-        if not isinstance(metrics.get(key), (str, type(None))):
-            problems.append(f"metrics.{key}={metrics[key]!r} is not text")
-    if not isinstance(metrics.get("memory_breakdown"), (dict, type(None))):
-        problems.append("metrics.memory_breakdown is not an object")
-    profile = data.get("profile") or {}
-    if not isinstance(profile.get("summary", {}), (dict, type(None))):
-        problems.append("profile.summary is not an object")
-    traces = profile.get("traces")
-    if traces is not None and not (
-        isinstance(traces, list) and all(isinstance(t, str) for t in traces)
-    ):
-        problems.append("profile.traces is not a list of paths")
+    for record in (Metrics, Profile):
+        values = data.get(record.LAYOUT) or {}
+        for f in typed_fields(record):
+            value = values.get(f.name)
+            if value is not None and not _has_kind(value, f.metadata["kind"]):
+                kind = _KIND_NAMES[f.metadata["kind"]]
+                problems.append(f"{record.LAYOUT}.{f.name}={value!r:.60} is not {kind}")
     return problems
+
+
+_KIND_NAMES = {
+    NUMBER: "a number",
+    NUMBERS: "a list of numbers",
+    TEXT: "text",
+    TEXTS: "a list of texts",
+    OBJECT: "an object",
+    LIST: "a list",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _has_kind(value: Any, kind: str) -> bool:
+    if kind == NUMBER:
+        return _is_number(value)
+    if kind == TEXT:
+        return isinstance(value, str)
+    if kind == OBJECT:
+        return isinstance(value, dict)
+    if not isinstance(value, list):
+        return False
+    if kind == NUMBERS:
+        return all(v is None or _is_number(v) for v in value)
+    return kind == LIST or all(isinstance(v, str) for v in value)
 
 
 def finished_ok(job_dir: Path) -> bool:
     """True when the job directory holds a trustworthy result with status ok."""
     try:
-        return read_result(Path(job_dir) / RESULT_FILE)["status"] == "ok"
+        return read_result(Path(job_dir) / RESULT_FILE).ok
     except CorruptResultError:
         return False

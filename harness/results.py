@@ -20,12 +20,22 @@ import logging
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.result import RESULT_FILE, CorruptResultError, read_result
+from harness.result import (
+    RESULT_FILE,
+    SCALAR_KINDS,
+    CorruptResultError,
+    Metrics,
+    Profile,
+    Result,
+    read_result,
+    typed_fields,
+)
 from harness.resume import flatten
 from harness.trace.cache import job_profiles
 from harness.trace.summary import find_traces
@@ -51,25 +61,10 @@ ENV_COLUMNS = [
     "git_revision",
     "threads_per_rank",
 ]
-# Metrics kept in this order first; any other scalar metric follows, sorted by name.
-METRIC_COLUMNS = [
-    "iteration_time_s",
-    "iteration_time_p10_s",
-    "iteration_time_p90_s",
-    "tokens_per_s_per_device",
-    "tflops_per_device",
-    "mfu",
-    "peak_flops_per_device",
-    "peak_flops_source",
-    "flops_per_token",
-    "peak_memory_allocated_bytes",
-    "peak_memory_reserved_bytes",
-    "peak_rss_bytes",
-    "peak_rss_scope",
-    "memory_source",
-]
-# Non-scalar metrics, stored as JSON text so that the CSV stays one row per job.
-JSON_METRICS = ["losses", "grad_norms", "step_times_s", "memory_breakdown"]
+# Metrics in the order Metrics declares them: scalars one column each, the rest (loss
+# curves, step times, the memory breakdown) as JSON text so that the CSV stays one row per job.
+METRIC_COLUMNS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] in SCALAR_KINDS]
+JSON_METRICS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] not in SCALAR_KINDS]
 # The engine's effective settings (result.json `engine_settings`), one JSON cell per job.
 ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
@@ -77,57 +72,83 @@ CONFIG_PREFIX = "config."
 LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
 
 
+@dataclass(frozen=True)
+class Setting:
+    """How a grid point was trained (SETTING_COLUMNS), plus `variant`: the other config
+    fields that vary between the jobs shown ("lr=0.01"), so that no job hides another."""
+
+    micro_batch: Any
+    grad_accum: Any
+    dtype: Any
+    seed: Any
+    variant: str = ""
+
+    def label(self) -> str:
+        """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0` plus the variant, if any."""
+        label = ", ".join(f"{c}={getattr(self, c)}" for c in SETTING_COLUMNS)
+        return f"{label}, {self.variant}" if self.variant else label
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """What matched jobs share (POINT_COLUMNS and the setting); they differ in `engine`."""
+
+    model: Any
+    gpus: Any
+    seq_len: Any
+    ckpt_layers: Any
+    setting: Setting
+
+    @classmethod
+    def of(cls, values: dict[str, Any], variant: str = "") -> GridPoint:
+        """The point of a job whose MATCH_COLUMNS are `values`."""
+        setting = Setting(*(values.get(c) for c in SETTING_COLUMNS), variant=variant)
+        return cls(*(values.get(c) for c in POINT_COLUMNS), setting=setting)
+
+
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _row(
-    result: dict[str, Any], job_dir: str, profile: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    config = result.get("config") or {}
-    engine = config.get("engine") or {}
-    if isinstance(engine, str):  # a config written with the engine as a bare name
-        engine = {"name": engine, "label": engine}
+def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+    config = result.config
     row: dict[str, Any] = {
         "job_dir": job_dir,
-        "engine": engine.get("label") or engine.get("name"),
-        "engine_name": engine.get("name"),
-        "status": result["status"],
-        "error": result.get("error") or "",
+        "engine": result.engine.get("label") or result.engine.get("name"),
+        "engine_name": result.engine.get("name"),
+        "status": result.status,
+        "error": result.error or "",
     }
     for key in CONFIG_COLUMNS:
         row[key] = config.get(key)
     for key, value in flatten(config).items():
         row[CONFIG_PREFIX + key] = value if _is_scalar(value) else json.dumps(value)
 
-    metrics = result.get("metrics") or {}
-    for key, value in metrics.items():
+    for key, value in result.metrics.to_dict().items():
         if key in JSON_METRICS or not _is_scalar(value):
             row[key] = json.dumps(value)
         else:
             row[key] = value
-    losses = metrics.get("losses") or []
+    losses = result.metrics.losses or []
     row["final_loss"] = losses[-1] if losses else math.nan
     row.setdefault("losses", json.dumps(losses))
 
-    profile = profile or result.get("profile") or {}
-    summary = profile.get("summary") or {}
-    for key, value in summary.items():
+    traced = Profile.from_dict(profile) if profile else (result.profile or Profile())
+    for key, value in (traced.summary or {}).items():
         if _is_scalar(value):
             row[PROFILE_PREFIX + key] = value
-    if profile.get("traces"):
-        row[PROFILE_PREFIX + "traces"] = json.dumps(profile["traces"])
-    if profile.get("error"):
-        row[PROFILE_PREFIX + "error"] = profile["error"]
-    if profile.get("warnings"):
-        row[PROFILE_PREFIX + "warnings"] = "; ".join(profile["warnings"])
+    if traced.traces:
+        row[PROFILE_PREFIX + "traces"] = json.dumps(traced.traces)
+    if traced.error:
+        row[PROFILE_PREFIX + "error"] = traced.error
+    if traced.warnings:
+        row[PROFILE_PREFIX + "warnings"] = "; ".join(traced.warnings)
 
-    env = result.get("env") or {}
-    for key, value in env.items():
+    for key, value in result.env.items():
         if _is_scalar(value):
             row[key] = value
-    if result.get(ENGINE_SETTINGS) is not None:
-        row[ENGINE_SETTINGS] = json.dumps(result[ENGINE_SETTINGS])
+    if result.engine_settings is not None:
+        row[ENGINE_SETTINGS] = json.dumps(result.engine_settings)
     return row
 
 

@@ -57,9 +57,9 @@ def rerun_reason(job_dir: Path, config: dict[str, Any]) -> str | None:
         stored = read_result(path)
     except CorruptResultError as e:
         return f"stored result is unusable ({str(e).removeprefix(f'{path}: ')})"
-    if stored["status"] != "ok":
-        return f"previous attempt ended {stored['status']}"
-    diffs = config_differences(stored["config"], config)
+    if not stored.ok:
+        return f"previous attempt ended {stored.status}"
+    diffs = config_differences(stored.config, config)
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         return f"stored ok result was measured with another config ({shown})"

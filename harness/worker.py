@@ -24,12 +24,12 @@ from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from harness.rank_outcome import write_rank_outcome
-from harness.result import make_result, write_result
+from harness.result import Result, make_result, write_result
 from harness.rss import peak_rss_bytes, reset_peak_rss
 from harness.train_step import build_optimizer, optimizer_description, train_step
 
 
-def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
+def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Entry point of every rank (RANK/WORLD_SIZE/MASTER_* already in the environment).
 
     Returns rank 0's result; other ranks return None. Any failure is recorded in

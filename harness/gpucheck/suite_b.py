@@ -46,11 +46,9 @@ def job_losses(label: str, world_size: int, root: Path) -> list[float]:
     from harness.job import run_job
 
     result = run_job(job_config(label, world_size), root / f"{label}_g{world_size}").result
-    if result.get("status") != "ok":
-        raise RuntimeError(
-            f"{label} at {world_size} ranks: {result.get('status')}: {result.get('error')}"
-        )
-    return list(result["metrics"]["losses"])
+    if not result.ok:
+        raise RuntimeError(f"{label} at {world_size} ranks: {result.status}: {result.error}")
+    return list(result.metrics.losses or [])
 
 
 def check_world(world_size: int) -> Verdict:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
 from harness.models.shapes import MODEL_SHAPES
-from harness.results import CONFIG_PREFIX, MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
+from harness.results import CONFIG_PREFIX, MATCH_COLUMNS, GridPoint
 from harness.resume import is_neutral
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
@@ -94,8 +94,11 @@ def engine_rank(label: str) -> tuple[int, str]:
     return engine_order(str(label))
 
 
-def match_key(row: pd.Series) -> tuple:
-    return (*(as_int(value(row, c)) for c in MATCH_COLUMNS), value(row, VARIANT) or "")
+def match_key(row: pd.Series) -> GridPoint:
+    """The grid point (and setting, and variant) of a job's row."""
+    return GridPoint.of(
+        {c: as_int(value(row, c)) for c in MATCH_COLUMNS}, value(row, VARIANT) or ""
+    )
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
@@ -127,19 +130,8 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def point_label(key: tuple, *, with_setting: bool = False) -> str:
-    model, gpus, seq_len, ckpt = key[: len(POINT_COLUMNS)]
-    label = f"{model_display(model)}, {gpus} GPUs, seq {seq_len}, ckpt {ckpt}"
-    if with_setting:
-        label += f" ({setting_label(key[len(POINT_COLUMNS) :])})"
-    return label
-
-
-def setting_label(setting: tuple) -> str:
-    """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0` plus the variant, if any."""
-    *settings, variant = setting
-    label = ", ".join(f"{c}={v}" for c, v in zip(SETTING_COLUMNS, settings, strict=True))
-    return f"{label}, {variant}" if variant else label
+def point_label(key: GridPoint) -> str:
+    return f"{model_display(key.model)}, {key.gpus} GPUs, seq {key.seq_len}, ckpt {key.ckpt_layers}"
 
 
 def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -149,7 +141,7 @@ def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """
     if df.empty:
         return df, []
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[GridPoint, str], list] = {}
     for idx, row in df.iterrows():
         groups.setdefault((match_key(row), str(row["engine"])), []).append(idx)
     notes = []
@@ -180,7 +172,7 @@ def losses_of(row: pd.Series) -> list[float]:
 class LossParity:
     """The largest loss difference between a job and the reference job at its grid point."""
 
-    key: tuple
+    key: GridPoint
     engine: str
     reference: str
     steps: int  # steps compared (the shorter curve)
@@ -210,7 +202,7 @@ def loss_parity(df: pd.DataFrame) -> list[LossParity]:
         engines = sorted(curves, key=engine_rank)
         ref = engines[0]
         ref_losses = curves[ref][1]
-        rtol = LOSS_RTOL.get(str(key[MATCH_COLUMNS.index("dtype")]), DEFAULT_LOSS_RTOL)
+        rtol = LOSS_RTOL.get(str(key.setting.dtype), DEFAULT_LOSS_RTOL)
         for engine in engines[1:]:
             losses = curves[engine][1]
             n = min(len(losses), len(ref_losses))
@@ -235,8 +227,8 @@ def loss_parity(df: pd.DataFrame) -> list[LossParity]:
     return out
 
 
-def _by_point(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
-    groups: dict[tuple, list] = {}
+def _by_point(df: pd.DataFrame) -> list[tuple[GridPoint, pd.DataFrame]]:
+    groups: dict[GridPoint, list] = {}
     for idx, row in sort_jobs(df).iterrows():
         groups.setdefault(match_key(row), []).append(idx)
     return [(k, df.loc[v]) for k, v in groups.items()]
@@ -246,7 +238,7 @@ def _by_point(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
 class Speedup:
     """One row of a published table: a grid point, YaFSDP against one baseline."""
 
-    key: tuple
+    key: GridPoint
     yafsdp: pd.Series | None
     baseline: pd.Series | None
     speedup_pct: float | None  # (T_fsdp - T_yafsdp) / T_fsdp * 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -15,10 +16,10 @@ from harness.report.compare import (  # noqa: E402
     engine_rank,
     match_key,
     model_display,
-    setting_label,
     sort_jobs,
     value,
 )
+from harness.results import GridPoint  # noqa: E402
 
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
@@ -28,10 +29,10 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     rows = [r for r in rows if r.speedup_pct is not None]
     if not rows:
         return None
-    seq_lens = sorted({r.key[2] for r in rows})
-    groups: list[tuple] = []
+    seq_lens = sorted({r.key.seq_len for r in rows})
+    groups: list[GridPoint] = []  # one group of bars per point, whatever its sequence length
     for r in rows:  # already in README order
-        g = (r.key[0], r.key[1], r.key[3], *r.key[4:])
+        g = replace(r.key, seq_len=None)
         if g not in groups:
             groups.append(g)
     width = 0.8 / len(seq_lens)
@@ -39,9 +40,9 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     for i, seq in enumerate(seq_lens):
         xs, ys, errs, hatches = [], [], [], []
         for r in rows:
-            if r.key[2] != seq:
+            if r.key.seq_len != seq:
                 continue
-            g = groups.index((r.key[0], r.key[1], r.key[3], *r.key[4:]))
+            g = groups.index(replace(r.key, seq_len=None))
             xs.append(g - 0.4 + width * (i + 0.5))
             ys.append(r.speedup_pct)
             errs.append(r.spread_pct or 0.0)
@@ -49,12 +50,16 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
         bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")
         for bar, hatch in zip(bars, hatches, strict=True):
             bar.set_hatch(hatch)
-    several_settings = len({g[3:] for g in groups}) > 1
+    several_settings = len({g.setting for g in groups}) > 1
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(
         [
-            f"{model_display(g[0])}\n{g[1]} GPUs, ckpt {g[2]}"
-            + (f"\nmb={g[3]} ga={g[4]} {g[5]}" if several_settings else "")
+            f"{model_display(g.model)}\n{g.gpus} GPUs, ckpt {g.ckpt_layers}"
+            + (
+                f"\nmb={g.setting.micro_batch} ga={g.setting.grad_accum} {g.setting.dtype}"
+                if several_settings
+                else ""
+            )
             for g in groups
         ],
         fontsize=8,
@@ -87,8 +92,8 @@ def primary_memory(row: pd.Series) -> tuple[float | None, str]:
 def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
     """Peak memory per engine at every grid point (MiB, or GiB for GPU-sized peaks)."""
     ok = sort_jobs(df[df["status"] == "ok"])
-    points: list[tuple] = []
-    data: dict[str, dict[tuple, float]] = {}
+    points: list[GridPoint] = []
+    data: dict[str, dict[GridPoint, float]] = {}
     kinds = set()
     for _, row in ok.iterrows():
         peak, kind = primary_memory(row)
@@ -109,12 +114,12 @@ def memory_figure(df: pd.DataFrame, path: Path) -> Path | None:
     for i, engine in enumerate(engines):
         xs = [points.index(k) - 0.4 + width * (i + 0.5) for k in data[engine]]
         ax.bar(xs, [v / scale for v in data[engine].values()], width, label=engine)
-    several_settings = len({k[4:] for k in points}) > 1
+    several_settings = len({k.setting for k in points}) > 1
     ax.set_xticks(range(len(points)))
     ax.set_xticklabels(
         [
-            f"{model_display(k[0])}\n{k[1]} GPUs\nseq {k[2]}, ckpt {k[3]}"
-            + ("\n" + setting_label(k[4:]).replace(", ", " ") if several_settings else "")
+            f"{model_display(k.model)}\n{k.gpus} GPUs\nseq {k.seq_len}, ckpt {k.ckpt_layers}"
+            + ("\n" + k.setting.label().replace(", ", " ") if several_settings else "")
             for k in points
         ],
         fontsize=8,

@@ -9,12 +9,19 @@ touches jobs whose ok result predates the submission (those are not resubmitted 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.rank_outcome import read_rank_outcomes, root_cause
-from harness.result import RESULT_FILE, CorruptResultError, make_result, read_result, write_result
+from harness.result import (
+    RESULT_FILE,
+    CorruptResultError,
+    Result,
+    make_result,
+    read_result,
+    write_result,
+)
 
 # What submitit raises in rank 0 when SLURM's warning signal comes before the time limit.
 _WALL_CLOCK = "timed-out"
@@ -33,17 +40,17 @@ class JobEnd:
     task_errors: dict[int, str] = field(default_factory=dict)  # from submitit, per task
 
 
-def _first_line(text: str | None, limit: int = 500) -> str:
+def _last_line(text: str | None, limit: int = 500) -> str:
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1][:limit] if lines else ""
 
 
-def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str, Any], bool]:
+def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, bool]:
     """The job's final result and whether it differs from what rank 0 left (then it is written)."""
     job_dir = Path(job_dir)
     state = (end.slurm_state or "UNKNOWN").split()[0].upper()
     try:
-        existing: dict[str, Any] | None = read_result(job_dir / RESULT_FILE)
+        existing: Result | None = read_result(job_dir / RESULT_FILE)
         corrupt = None
     except CorruptResultError as e:
         existing = None
@@ -63,22 +70,20 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[dict[str
             or f"rank 0 finished without writing {RESULT_FILE} (SLURM job {end.slurm_job_id})"
         )
 
-    if existing is not None and existing["status"] != "ok":
+    if existing is not None and not existing.ok:
         # Rank 0's own verdict stands unless SLURM or another rank tells more.
         cause_elsewhere = error is not None and not error.startswith("rank 0:")
-        if existing["status"] == status or not (cause_elsewhere or status in ("timeout", "oom")):
+        if existing.status == status or not (cause_elsewhere or status in ("timeout", "oom")):
             return existing, False
 
-    result = dict(existing) if existing is not None else make_result(status="failed", config=config)
-    result["status"] = status
-    result["error"] = error
-    result.setdefault("env", {})
-    result["slurm"] = {
+    slurm = {
         "job_id": end.slurm_job_id,
         "state": end.slurm_state,
         "rank_failures": {str(o["rank"]): o.get("error") for o in failed},
         "ranks_without_outcome": missing,
     }
+    base = existing if existing is not None else make_result(status="failed", config=config)
+    result = replace(base, status=status, error=error, extra={**base.extra, "slurm": slurm})
     write_result(job_dir, result)
     return result, True
 
@@ -110,7 +115,7 @@ def _verdict(
         return "oom", f"SLURM killed job {end.slurm_job_id} for exceeding its memory"
     if missing:
         texts = [end.task_errors.get(r) for r in missing]
-        detail = next((_first_line(t) for t in texts if t), "")
+        detail = next((_last_line(t) for t in texts if t), "")
         err = f"ranks {missing} ended without an outcome (SLURM state {state})"
         return "failed", err + (f": {detail}" if detail else "")
     return None, None  # every rank reported ok: that outweighs SLURM's view of the teardown

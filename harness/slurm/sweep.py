@@ -19,7 +19,14 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
-from harness.result import RESULT_FILE, make_result, read_result, write_json_atomic, write_result
+from harness.result import (
+    RESULT_FILE,
+    Result,
+    make_result,
+    read_result,
+    write_json_atomic,
+    write_result,
+)
 from harness.result import finished_ok as _finished_ok
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.rank import clear_previous_attempt
@@ -63,7 +70,7 @@ class PlannedJob:
     config: dict[str, Any]  # the job's resolved config, as result.json records it
     shape: JobShape | None = None
     refusal: str | None = None
-    result: dict[str, Any] | None = None  # final result, once known
+    result: Result | None = None  # final result, once known
     submitit_job: Any = None
 
 
@@ -309,8 +316,8 @@ def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
     _write_slurm_record(job, state=slurm_state)
     result, changed = decide(job.job_dir, job.config, end)
     job.result = result
-    msg = f"#{job.idx} SLURM job {sj.job_id} ended ({slurm_state}): {result['status']}"
-    if result["status"] == "ok":
+    msg = f"#{job.idx} SLURM job {sj.job_id} ended ({slurm_state}): {result.status}"
+    if result.ok:
         log.info(msg)
     else:
-        log.error(f"{msg}: {result.get('error')}" + (" [result.json corrected]" if changed else ""))
+        log.error(f"{msg}: {result.error}" + (" [result.json corrected]" if changed else ""))

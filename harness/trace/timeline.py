@@ -28,7 +28,7 @@ _LANE_TITLE = {COMPUTE: "compute", COMM: "comm", MEMORY: "memcpy"}
 def engine_label(job_dir: Path) -> str:
     """config.engine.label from the job's result.json, else the engine name, else the dir."""
     try:
-        engine = read_result(job_dir / "result.json")["config"].get("engine") or {}
+        engine = read_result(job_dir / "result.json").engine
     except (CorruptResultError, AttributeError):
         return job_dir.name
     return str(engine.get("label") or engine.get("name") or job_dir.name)

@@ -47,13 +47,13 @@ def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
         for seq in SEQ_LENS:
             for engine in ENGINES:
                 result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{rep}").result
-                assert result["status"] == "ok", result.get("error")
-                m = result["metrics"]
+                assert result.status == "ok", result.error
+                m = result.metrics
                 row = {
-                    "iteration_s": m["iteration_time_s"],
-                    "peak_gib": m["peak_memory_allocated_bytes"] / 2**30,
-                    "rss_gib": m["peak_rss_bytes"] / 2**30,
-                    "breakdown": m["memory_breakdown"],
+                    "iteration_s": m.iteration_time_s,
+                    "peak_gib": m.peak_memory_allocated_bytes / 2**30,
+                    "rss_gib": m.peak_rss_bytes / 2**30,
+                    "breakdown": m.memory_breakdown,
                 }
                 old = best.get((engine, seq))
                 if old is None or row["iteration_s"] < old["iteration_s"]:

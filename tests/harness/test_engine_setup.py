@@ -50,7 +50,7 @@ def _settings(rank: int, world_size: int, labels: list[str], ckpt: int, root: st
             threads_per_rank=1,
         )
         result = train(cfg, Path(root) / label, rank, world_size, torch.device("cpu"), 1)
-        out.append(result["engine_settings"] if result else None)
+        out.append(result.engine_settings if result else None)
     return out
 
 

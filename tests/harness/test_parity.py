@@ -47,7 +47,7 @@ def _train_all(rank: int, world_size: int, configs: list[JobConfig], root: str) 
     out = []
     for i, cfg in enumerate(configs):
         result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
-        out.append(result["metrics"] if result else None)
+        out.append(result.metrics.to_dict() if result else None)
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sweep_fixtures import write_job
 
-from harness.result import RESULT_FILE, read_result, write_result
+from harness.result import RESULT_FILE, Profile, read_result, write_result
 from harness.results import collect_results
 from harness.trace import cache
 from harness.trace.synthetic import Kernel, nccl, write_gpu_trace
@@ -25,7 +25,7 @@ def _traced_job(sweep: Path, job: str, ranks: int = 2) -> Path:
     write_job(sweep, job, gpus=ranks)
     job_dir = sweep / job
     result = read_result(job_dir / RESULT_FILE)
-    result["profile"] = {"traces": [f"traces/rank{r}.json.gz" for r in range(ranks)]}
+    result.profile = Profile(traces=[f"traces/rank{r}.json.gz" for r in range(ranks)])
     write_result(job_dir, result)
     for r in range(ranks):
         write_gpu_trace(job_dir / f"traces/rank{r}.json.gz", KERNELS, rank=r, world_size=ranks)
@@ -77,7 +77,7 @@ def test_old_summary_in_result_json_is_replaced_by_the_traces(tmp_path: Path) ->
     sweep = tmp_path / "sweep"
     job = _traced_job(sweep, "a")
     result = read_result(job / RESULT_FILE)
-    result["profile"]["summary"] = {"overlap_pct": 3.0}  # from an older, wrong analysis
+    result.profile.summary = {"overlap_pct": 3.0}  # from an older, wrong analysis
     write_result(job, result)
     assert collect_results(sweep, workers=1).iloc[0]["profile_overlap_pct"] == pytest.approx(50)
 

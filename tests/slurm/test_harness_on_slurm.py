@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import read_result
+from harness.result import Result, read_result
 
 pytestmark = pytest.mark.slurm
 
@@ -65,12 +65,12 @@ def sweep(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory):
 def _jobs(sweep_dir: Path) -> dict[tuple[int, str], Path]:
     jobs = {}
     for path in sweep_dir.glob("*/result.json"):
-        cfg = read_result(path)["config"]
+        cfg = read_result(path).config
         jobs[(cfg["gpus"], cfg["fault"]["kind"])] = path.parent
     return jobs
 
 
-def _result(sweep_dir: Path, gpus: int, fault: str) -> dict:
+def _result(sweep_dir: Path, gpus: int, fault: str) -> Result:
     return read_result(_jobs(sweep_dir)[(gpus, fault)] / "result.json")
 
 
@@ -80,9 +80,7 @@ def _slurm_job_id(job_dir: Path) -> str:
 
 def test_every_job_is_a_row_with_its_status(sweep):
     sweep_dir, _ = sweep
-    statuses = {
-        key: read_result(d / "result.json")["status"] for key, d in _jobs(sweep_dir).items()
-    }
+    statuses = {key: read_result(d / "result.json").status for key, d in _jobs(sweep_dir).items()}
     assert statuses == {
         (1, "none"): "ok",
         (2, "none"): "ok",
@@ -117,7 +115,7 @@ def test_jobs_get_their_own_task_counts(sweep):
             check=True,
         ).stdout.split()
         assert steps == [str(gpus)]
-        assert read_result(job_dir / "result.json")["env"]["world_size"] == gpus
+        assert read_result(job_dir / "result.json").env["world_size"] == gpus
         for r in range(gpus):
             assert json.loads((job_dir / "ranks" / f"rank{r}.json").read_text())["status"] == "ok"
 
@@ -125,20 +123,20 @@ def test_jobs_get_their_own_task_counts(sweep):
 def test_raising_rank_is_the_reported_cause(sweep):
     sweep_dir, _ = sweep
     result = _result(sweep_dir, 2, "raise")
-    assert result["error"].startswith("rank 1: InjectedFault"), result["error"]
+    assert result.error.startswith("rank 1: InjectedFault"), result.error
 
 
 def test_hanging_rank_ends_by_collective_timeout(sweep):
     sweep_dir, _ = sweep
-    error = _result(sweep_dir, 2, "hang")["error"]
+    error = _result(sweep_dir, 2, "hang").error
     assert "collective_timeout_s=10" in error and "waiting for ranks [1]" in error, error
 
 
 def test_configs_that_cannot_work_are_refused_before_submission(sweep):
     sweep_dir, log = sweep
-    error = _result(sweep_dir, 3, "none")["error"]
+    error = _result(sweep_dir, 3, "none").error
     assert "gpus=3" in error and "gpus_per_node=2" in error
-    assert "fault.rank=1 is not a rank of gpus=1" in _result(sweep_dir, 1, "raise")["error"]
+    assert "fault.rank=1 is not a rank of gpus=1" in _result(sweep_dir, 1, "raise").error
     for key in ((3, "none"), (1, "raise")):
         assert not (_jobs(sweep_dir)[key] / "slurm.json").exists()  # nothing submitted
     assert log.count("refused before submission") == 5
@@ -161,7 +159,7 @@ def test_rerun_skips_ok_jobs_and_resubmits_the_failed_one(sweep):
     assert _slurm_job_id(ok_dir) == ok_job
     assert read_result(ok_dir / "result.json") == ok_before
     assert _slurm_job_id(failed_dir) != failed_job  # resubmitted
-    assert read_result(failed_dir / "result.json")["status"] == "failed"
+    assert read_result(failed_dir / "result.json").status == "failed"
     assert (failed_dir / "result.previous.json").exists()
 
 
@@ -176,6 +174,6 @@ def test_job_past_its_wall_clock_limit_is_a_timeout(slurm_cluster: None, tmp_pat
     )
     (job_dir,) = _jobs(tmp_path).values()
     result = read_result(job_dir / "result.json")
-    assert result["status"] == "timeout"
-    assert "job_timeout_s=30" in result["error"] and "--time=1 min" in result["error"]
+    assert result.status == "timeout"
+    assert "job_timeout_s=30" in result.error and "--time=1 min" in result.error
     assert json.loads((job_dir / "slurm.json").read_text())["state"] == "TIMEOUT"

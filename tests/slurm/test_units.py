@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.rank_outcome import write_rank_outcome
-from harness.result import make_result, read_result, write_result
+from harness.result import Result, make_result, read_result, write_result
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.rank import INHERITED_DIST_VARS, export_rank_env
 from harness.slurm.resources import ShapeError, job_shape, time_limit_min
@@ -105,7 +105,7 @@ def fail(job_dir: Path, rank: int, error: BaseException) -> None:
     write_rank_outcome(job_dir, rank, error=error)
 
 
-def _ok_result(job_dir: Path) -> dict:
+def _ok_result(job_dir: Path) -> Result:
     result = make_result(status="ok", config=CFG, metrics={"iteration_time_s": 1.0})
     write_result(job_dir, result)
     return result
@@ -125,56 +125,56 @@ def test_rank_failing_after_last_collective_turns_ok_into_failed(tmp_path: Path)
     fail(tmp_path, 1, RuntimeError("boom in teardown"))
     result, changed = decide(tmp_path, CFG, _end("FAILED"))
     assert changed
-    assert result["status"] == "failed"
-    assert result["error"].startswith("rank 1: RuntimeError: boom in teardown")
-    assert result["metrics"] == {"iteration_time_s": 1.0}  # rank 0's measurements kept
-    assert read_result(tmp_path / "result.json")["status"] == "failed"
+    assert result.status == "failed"
+    assert result.error.startswith("rank 1: RuntimeError: boom in teardown")
+    assert result.metrics.to_dict() == {"iteration_time_s": 1.0}  # rank 0's measurements kept
+    assert read_result(tmp_path / "result.json").status == "failed"
 
 
 def test_root_cause_beats_the_peers_echo(tmp_path: Path):
     fail(tmp_path, 0, RuntimeError("[pair.cc:537] Connection closed by peer"))
     fail(tmp_path, 1, ValueError("rank 1 raised at step 1"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
-    assert result["status"] == "failed"
-    assert result["error"].startswith("rank 1: ValueError: rank 1 raised")
-    assert "ranks [0]" in result["error"]
+    assert result.status == "failed"
+    assert result.error.startswith("rank 1: ValueError: rank 1 raised")
+    assert "ranks [0]" in result.error
 
 
 def test_oom_on_any_rank_is_the_status(tmp_path: Path):
     fail(tmp_path, 0, RuntimeError("Connection reset by peer"))
     fail(tmp_path, 1, MemoryError("over memory_limit_gb"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
-    assert result["status"] == "oom" and "rank 1" in result["error"]
+    assert result.status == "oom" and "rank 1" in result.error
 
 
 def test_hung_rank_reads_as_collective_timeout(tmp_path: Path):
     fail(tmp_path, 0, RuntimeError("Timed out waiting 5000ms for recv"))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))  # rank 1 was killed: no outcome
-    assert result["status"] == "timeout"
-    assert "collective_timeout_s=5" in result["error"] and "[1]" in result["error"]
+    assert result.status == "timeout"
+    assert "collective_timeout_s=5" in result.error and "[1]" in result.error
 
 
 def test_slurm_time_limit_is_a_timeout(tmp_path: Path):
     _ok(tmp_path, 0)
     result, _ = decide(tmp_path, CFG, _end("TIMEOUT"))
-    assert result["status"] == "timeout"
-    assert "job_timeout_s=90" in result["error"] and "--time=2" in result["error"]
+    assert result.status == "timeout"
+    assert "job_timeout_s=90" in result.error and "--time=2" in result.error
 
 
 def test_ranks_that_never_ran(tmp_path: Path):
     result, _ = decide(tmp_path, CFG, _end("FAILED", task_errors={0: "ImportError: no torch"}))
-    assert result["status"] == "failed"
-    assert "ranks [0, 1] ended without an outcome" in result["error"]
-    assert "ImportError: no torch" in result["error"]
-    assert result["config"] == CFG
+    assert result.status == "failed"
+    assert "ranks [0, 1] ended without an outcome" in result.error
+    assert "ImportError: no torch" in result.error
+    assert result.config == CFG
 
 
 def test_all_ok_but_no_result_file(tmp_path: Path):
     for r in range(2):
         _ok(tmp_path, r)
     result, changed = decide(tmp_path, CFG, _end())
-    assert changed and result["status"] == "failed"
-    assert "without writing result.json" in result["error"]
+    assert changed and result.status == "failed"
+    assert "without writing result.json" in result.error
 
 
 def test_rank0_own_verdict_stands_when_nobody_knows_better(tmp_path: Path):
@@ -192,12 +192,12 @@ def test_unreadable_rank_file_counts_as_no_outcome(tmp_path: Path):
     _ok(tmp_path, 1)
     _ok_result(tmp_path)
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
-    assert result["status"] == "failed"
-    assert "ranks [0] ended without an outcome" in result["error"]
+    assert result.status == "failed"
+    assert "ranks [0] ended without an outcome" in result.error
 
 
 def test_wall_clock_signal_in_rank0_is_a_timeout(tmp_path: Path):
     # submitit's answer to SLURM's warning signal, raised inside rank 0's training loop
     fail(tmp_path, 0, RuntimeError("Job not requeued because: timed-out and not checkpointable."))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
-    assert result["status"] == "timeout" and "job_timeout_s=90" in result["error"]
+    assert result.status == "timeout" and "job_timeout_s=90" in result.error

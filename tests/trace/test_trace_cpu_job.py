@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_profile_field_has_every_rank_and_step(cpu_jobs):
     for engine, job_dir in cpu_jobs.items():
-        profile = read_result(job_dir / "result.json")["profile"]
+        profile = read_result(job_dir / "result.json").profile.to_dict()
         assert profile == json.loads(json.dumps(summarize_job(job_dir)))
         assert profile["traces"] == ["traces/rank0.json.gz", "traces/rank1.json.gz"]
         assert profile["kind"] == "cpu"

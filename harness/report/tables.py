@@ -1,0 +1,274 @@
+"""The report's tables: pure functions of the results table (or of what `compare` derived
+from it) that return (header, rows), so each can be checked on a hand-made table.
+
+`several_settings` adds a `setting` column wherever the jobs differ by more than grid
+point and engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from harness.report.compare import (
+    MISSING,
+    STATUS_CELL,
+    YAFSDP,
+    LossParity,
+    Speedup,
+    as_int,
+    match_key,
+    model_display,
+    sort_jobs,
+    value,
+)
+from harness.report.figures import primary_memory
+from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.results import PROFILE_PREFIX, GridPoint
+
+PUBLISHED_HEADER = [
+    "model",
+    "gpu-count",
+    "seq-len",
+    "num-ckpt-layers",
+    "speedup",
+    "YaFSDP iteration time (s)",
+    "FSDP iteration time (s)",
+]
+POINT_HEADER = PUBLISHED_HEADER[:4]
+PROFILE_HEADERS = {
+    PROFILE_PREFIX + "overlap_pct": "overlap %",
+    PROFILE_PREFIX + "exposed_comm_s_per_step": "exposed comm / step (s)",
+    PROFILE_PREFIX + "comm_s_per_step": "comm / step (s)",
+    PROFILE_PREFIX + "compute_s_per_step": "compute / step (s)",
+    PROFILE_PREFIX + "idle_s_per_step": "idle / step (s)",
+    PROFILE_PREFIX + "memcpy_s_per_step": "memory copies / step (s)",
+    PROFILE_PREFIX + "window_s_per_step": "profiled step (s)",
+}
+# The first overlap columns; any other summary field follows, sorted by name.
+PROFILE_FIRST = [PROFILE_PREFIX + "overlap_pct", PROFILE_PREFIX + "exposed_comm_s_per_step"]
+ENV_GROUP = ["torch", "cuda", "nccl", "backend", "device_name", "git_revision"]
+
+
+def point_cells(key: GridPoint) -> list[object]:
+    return [model_display(key.model), key.gpus, key.seq_len, key.ckpt_layers]
+
+
+def time_cell(row: pd.Series | None) -> str:
+    """An iteration time, or the job's status when it did not finish; never blank."""
+    if row is None:
+        return MISSING
+    if row["status"] != "ok":
+        return STATUS_CELL.get(row["status"], str(row["status"]))
+    t = value(row, "iteration_time_s")
+    return fmt_time(float(t)) if t is not None else "no timing"
+
+
+def speedup_cell(s: Speedup) -> str:
+    if s.speedup_pct is None:
+        return MISSING
+    text = f"{s.speedup_pct:.2f}%"
+    if s.spread_pct is None:
+        text += " (spread unknown)"
+    elif s.significant:
+        text += f" (spread {s.spread_pct:.2f}%)"
+    else:
+        text += f" (spread {s.spread_pct:.2f}%, n.s.)"
+    if s.loss_mismatch:
+        text += " **void: loss mismatch**"
+    return text
+
+
+def speedup_table(rows: list[Speedup]) -> Table:
+    """The YaFSDP README's table for one baseline and setting."""
+    cells = [
+        [*point_cells(r.key), speedup_cell(r), time_cell(r.yafsdp), time_cell(r.baseline)]
+        for r in rows
+    ]
+    return PUBLISHED_HEADER, cells
+
+
+def per_engine_table(
+    df: pd.DataFrame,
+    columns: list[str],
+    cells: Callable[[pd.Series], list[object] | None],
+    *,
+    several_settings: bool = False,
+) -> Table:
+    """One row per finished job, in README order: grid point, engine, then `cells(row)`
+    (a job whose cells are None is left out). No rows: ([], [])."""
+    rows = []
+    for _, row in sort_jobs(df[df["status"] == "ok"]).iterrows():
+        c = cells(row)
+        if c is not None:
+            rows.append(
+                [*point_cells(match_key(row)), row["engine"], *_setting(row, several_settings), *c]
+            )
+    if not rows:
+        return [], []
+    return [*POINT_HEADER, "engine", *(["setting"] if several_settings else []), *columns], rows
+
+
+def _setting(row: pd.Series, several_settings: bool) -> list[str]:
+    return [match_key(row).setting.label()] if several_settings else []
+
+
+def timing_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    def cells(row: pd.Series) -> list[object]:
+        t = value(row, "iteration_time_s")
+        p10, p90 = value(row, "iteration_time_p10_s"), value(row, "iteration_time_p90_s")
+        spread = f"{(p90 - p10) / t * 100:.1f}%" if None not in (t, p10, p90) and t else MISSING
+        steps = value(row, "step_times_s")
+        n = len(json.loads(steps)) if steps else None
+        return [fmt_time(t), fmt_time(p10), fmt_time(p90), spread, MISSING if n is None else n]
+
+    columns = ["median (s)", "p10 (s)", "p90 (s)", "p90-p10 / median", "timed steps"]
+    return per_engine_table(df, columns, cells, several_settings=several_settings)
+
+
+def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    """Peaks per rank, and each engine's against YaFSDP's at the same grid point."""
+    yafsdp = df[(df["engine"] == YAFSDP) & (df["status"] == "ok")] if not df.empty else df
+    refs = {match_key(r): primary_memory(r) for _, r in yafsdp.iterrows()}
+
+    def cells(row: pd.Series) -> list[object]:
+        peak, kind = primary_memory(row)
+        ref, ref_kind = refs.get(match_key(row), (None, ""))
+        if row["engine"] == YAFSDP:
+            diff = "(reference)"
+        elif peak is None or ref is None or kind != ref_kind:
+            diff = MISSING
+        else:
+            sign = "+" if peak >= ref else "-"
+            diff = f"{sign}{fmt_bytes(abs(peak - ref))} ({(peak - ref) / ref * 100:+.1f}%)"
+        return [
+            fmt_bytes(value(row, "peak_memory_allocated_bytes")),
+            fmt_bytes(value(row, "peak_memory_reserved_bytes")),
+            fmt_bytes(value(row, "peak_rss_bytes")),
+            value(row, "memory_source") or MISSING,
+            diff,
+        ]
+
+    columns = ["peak allocated", "peak reserved", "peak RSS", "source", "vs YaFSDP"]
+    return per_engine_table(df, columns, cells, several_settings=several_settings)
+
+
+def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    def cells(row: pd.Series) -> list[object]:
+        mfu = value(row, "mfu")
+        peak = value(row, "peak_flops_per_device")
+        source = value(row, "peak_flops_source") or "source not recorded"
+        return [
+            fmt_num(value(row, "tokens_per_s_per_device"), ",.1f"),
+            fmt_num(value(row, "tflops_per_device"), ".4g"),
+            MISSING if mfu is None else f"{float(mfu) * 100:.2f}%",
+            MISSING if peak is None else f"{float(peak) / 1e12:.4g} ({source})",
+        ]
+
+    columns = ["tokens/s per device", "TFLOP/s per device", "MFU", "peak TFLOP/s (source)"]
+    return per_engine_table(df, columns, cells, several_settings=several_settings)
+
+
+def profile_columns(df: pd.DataFrame) -> list[str]:
+    """The trace-summary columns present, overlap first."""
+    cols = [
+        c for c in df.columns if c.startswith(PROFILE_PREFIX) and c != PROFILE_PREFIX + "traces"
+    ]
+    return [c for c in PROFILE_FIRST if c in cols] + sorted(
+        c for c in cols if c not in PROFILE_FIRST
+    )
+
+
+def overlap_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    """The trace summary of every profiled job, and where its traces are."""
+    cols = profile_columns(df)
+
+    def cells(row: pd.Series) -> list[object] | None:
+        vals = [value(row, c) for c in cols]
+        if all(v is None for v in vals):
+            return None
+        pairs = zip(cols, vals, strict=True)
+        traces = f"`{row['job_label']}/traces/`" if value(row, "profile_traces") else MISSING
+        return [*(MISSING if v is None else _fmt_profile(c, v) for c, v in pairs), traces]
+
+    header = [PROFILE_HEADERS.get(c, f"`{c[len(PROFILE_PREFIX) :]}`") for c in cols]
+    return per_engine_table(df, [*header, "traces"], cells, several_settings=several_settings)
+
+
+def _fmt_profile(column: str, v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.1f}" if column.endswith("_pct") else f"{v:.4g}"
+    return str(v)
+
+
+def loss_table(parity: list[LossParity]) -> Table:
+    header = [
+        *POINT_HEADER,
+        "engine",
+        "reference",
+        "steps",
+        "largest Δloss",
+        "at step",
+        "relative",
+        "tolerance",
+        "verdict",
+    ]
+    rows: list[list[object]] = [
+        [
+            *point_cells(p.key),
+            p.engine,
+            p.reference,
+            p.steps,
+            fmt_num(None if math.isnan(p.max_abs_diff) else p.max_abs_diff, ".3g"),
+            p.at_step,
+            "nan" if math.isnan(p.rel_diff) else f"{p.rel_diff:.2e}",
+            f"{p.rtol:.0e}",
+            ("**MISMATCH**" if p.mismatch else "ok") + (f" ({p.note})" if p.note else ""),
+        ]
+        for p in parity
+    ]
+    return header, rows
+
+
+def failures_table(all_jobs: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    """Every job that did not end ok, with the line that says why."""
+    failed = sort_jobs(all_jobs[all_jobs["status"] != "ok"])
+    setting = ["setting"] if several_settings else []
+    rows: list[list[object]] = [
+        [
+            f"`{r['job_label']}`",
+            *point_cells(match_key(r)),
+            r["engine"],
+            *_setting(r, several_settings),
+            STATUS_CELL.get(r["status"], r["status"]),
+            short_error(value(r, "error")),
+        ]
+        for _, r in failed.iterrows()
+    ]
+    return ["job", *POINT_HEADER, "engine", *setting, "status", "reason"], rows
+
+
+def environment_table(df: pd.DataFrame) -> Table:
+    """One row per distinct software/device environment; ([], []) when none was recorded."""
+    cols = [c for c in ENV_GROUP if c in df.columns]
+    if df.empty or not cols:
+        return [], []
+    groups = df[cols].map(lambda v: MISSING if v is None or v == "" or v != v else str(v))
+    rows = []
+    for keys, group in groups.groupby(cols, sort=False, dropna=False):
+        sub = df.loc[group.index]
+        world = sorted({as_int(w) for w in sub.get("world_size", pd.Series()).dropna()})
+        hosts = sorted(set(sub.get("host", pd.Series()).dropna().astype(str)))
+        rows.append(
+            [
+                *(keys if isinstance(keys, tuple) else (keys,)),
+                ", ".join(map(str, world)) or MISSING,
+                ", ".join(hosts[:3]) + (f" (+{len(hosts) - 3})" if len(hosts) > 3 else "")
+                or MISSING,
+                len(sub),
+            ]
+        )
+    return [*cols, "world sizes", "hosts", "jobs"], rows
