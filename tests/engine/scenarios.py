@@ -152,18 +152,18 @@ def roundtrip(engine: YaFSDP, opt: torch.optim.Optimizer, name: str, rank: int) 
     return {"loaded_equal": loaded_equal, "continued_equal": after, "full_equal": full_equal}
 
 
-def train_lowp(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
+def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
     """bf16 weights; the master-to-bf16 copy is slowed, and the gathered weights must still
     be the updated ones at the first forward of every step."""
     model = build(name)
     engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-    copy_master = engine._copy_master_to_lowp
+    copy_master = engine.schedule.copy_master_to_param_dtype
 
     def slow_copy() -> None:
         time.sleep(DELAY_S)
         copy_master()
 
-    engine._copy_master_to_lowp = slow_copy
+    engine.schedule.copy_master_to_param_dtype = slow_copy
     opt = optimizer(engine)
     vocab = vocab_of(model)
     losses, fresh = [], []
@@ -217,8 +217,8 @@ def engine_suite(rank: int, world_size: int) -> dict:
     for name in MODELS:
         r, engine, opt = train_fp32(name, rank)
         r["roundtrip"] = roundtrip(engine, opt, name, rank)
-        r["bf16"] = train_lowp(name, rank, torch.float32)
-        r["bf16_reduce"] = train_lowp(name, rank, torch.bfloat16)
+        r["bf16"] = train_bf16(name, rank, torch.float32)
+        r["bf16_reduce"] = train_bf16(name, rank, torch.bfloat16)
         r["accum"] = train_accum(name, rank, BATCH)
         r["ckpt"] = train_ckpt(name, rank, 2)
         r["n_units"] = len(engine.layout.units)

@@ -228,7 +228,7 @@ def test_all_gathers_per_step_is_2u_minus_1(ws: int, name: str) -> None:
     u = r["n_units"]
     for log in r["logs"]:
         assert count(log, "all_gather") == 2 * u - 2 + 1
-        assert [e for e in log if e == ("all_gather", "norm")] == [("all_gather", "norm")]
+        assert [e for e in log if e == ("all_gather", "resident")] == [("all_gather", "resident")]
 
 
 @params
@@ -249,7 +249,7 @@ def test_lazy_reduce_scatter(ws: int, name: str) -> None:
         ("reduce_scatter", "unit2"),  # the lazy one, as unit 0 takes over its buffer
         ("reduce_scatter", "unit1"),
         ("reduce_scatter", "unit0"),
-        ("reduce_scatter", "norm"),
+        ("reduce_scatter", "resident"),
     ]
     assert count(log, "reduce_scatter") == u + 1
 
