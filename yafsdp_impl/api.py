@@ -126,23 +126,21 @@ class YaFSDP:
 
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Clip the sharded gradients by their global L2 norm (one all-reduce); return it."""
-        b = self.buffers
-        # Accumulated in fp64 (no gradient-sized temporary): millions of fp32 squares would
-        # otherwise lose ~1e-5 of the norm to summation order.
-        sq = (
-            torch.stack(
-                [
-                    torch.linalg.vector_norm(g, dtype=torch.float64)
-                    for g in (b.master_grad, b.resident_master_grad)
-                ]
-            )
-            .square()
-            .sum()
-        )
+        """Clip the sharded gradients by their global L2 norm; return the norm.
+
+        The squared norms of the shards were summed during backward, as each reduce-scatter
+        was added into the master gradient: clipping is one scalar all-reduce and one scale.
+        """
+        b, s = self.buffers, self.schedule
+        if not s.grad_norms_valid:  # clipped already, or gradients changed outside backward
+            s.grad_sq_norms.zero_()
+            for i, g in enumerate((b.master_grad, b.resident_master_grad)):
+                s.grad_sq_norms[i] = torch.linalg.vector_norm(g, dtype=torch.float64).square()
+        sq = s.grad_sq_norms.sum()
         with record_function("yafsdp.all_reduce.clip"):
             collectives.all_reduce_sum(sq, self.group)
-        self.schedule.log.append(("all_reduce", "clip"))
+        s.log.append(("all_reduce", "clip"))
+        s.grad_norms_valid = False  # the scale below changes the gradients
         norm = sq.sqrt()
         coef = (max_norm / (norm + 1e-6)).clamp(max=1.0).float()
         b.master_grad.mul_(coef)

@@ -5,7 +5,9 @@ gather) and gathers unit 0; each unit's pre-hook gathers the next unit into the 
 buffer, then waits for its own weights. Backward mirrors it: each unit gathers the one
 before it, and a unit's gradient buffer is reduce-scattered lazily, when the next unit
 that uses that buffer starts its backward. The end of backward flushes the rest in an
-order every rank shares, reduces the resident unit once per step, and divides once.
+order every rank shares and reduces the resident unit once per step. On the step's last
+micro-batch each finished reduce-scatter divides its slice of the master gradient (the one
+division) and adds its squared norm to the clipping total.
 """
 
 from __future__ import annotations
@@ -47,12 +49,15 @@ class BufferSlot:
 @dataclass(slots=True)
 class ReduceScatterInFlight:
     """A launched reduce-scatter: when done, `reduced` is this rank's summed chunk, to be
-    added into `master_grad`."""
+    added into `master_grad`; on the step's last micro-batch that slice is then final, so it
+    is divided there and its squared norm added to `sq_norm` (clipping reads no gradient)."""
 
     name: str
     done: Event
     reduced: torch.Tensor
     master_grad: torch.Tensor
+    sq_norm: torch.Tensor
+    last_micro: bool
 
 
 class Schedule:
@@ -82,6 +87,12 @@ class Schedule:
         self.resident_reduce_scatter: ReduceScatterInFlight | None = None
         self.grads_waiting: set[int] = set()  # units whose gradients sit in a grad buffer
         self.micro = 0
+        # Squared L2 norm of each unit's (and, last, the resident's) final reduced shard,
+        # summed in fp64 as the reduce-scatters finish; valid once the step's last backward
+        # has ended and until the gradients are clipped or a new step opens.
+        self.grad_sq_norms = torch.zeros(len(layout.units) + 1, dtype=torch.float64)
+        self.grad_sq_norms = self.grad_sq_norms.to(buffers.device)
+        self.grad_norms_valid = False
         self._range: Any = None  # the open record_function of the current unit
 
     def invalidate(self) -> None:
@@ -137,21 +148,19 @@ class Schedule:
             self._reduce_scatter(i)
         b.resident_staging.add_(b.resident_grad)
         b.resident_grad.zero_()
-        last = self.micro + 1 == self.grad_accum_steps
+        last = self._last_micro
         if last:
             res = self.layout.resident
             self.resident_reduce_scatter = self._launch_reduce_scatter(
-                res.name, b.resident_reduced, b.resident_staging, b.resident_master_grad
+                res.name, b.resident_reduced, b.resident_staging, b.resident_master_grad, -1
             )
         self._finish_unit_reduce_scatter()
         self._finish_resident_reduce_scatter()
         if last:
-            # The one division of the step: the reduction above was a plain sum.
-            b.master_grad.div_(self.world_size * self.grad_accum_steps)
-            b.resident_master_grad.div_(self.world_size * self.grad_accum_steps)
             b.resident_staging.zero_()
             self.micro = 0
             self.phase = Phase.IDLE
+            self.grad_norms_valid = True
         else:
             self.micro += 1
             self.phase = Phase.FORWARD
@@ -165,6 +174,8 @@ class Schedule:
         b.attach_master_grads()
         b.master_grad.zero_()
         b.resident_master_grad.zero_()
+        self.grad_sq_norms.zero_()
+        self.grad_norms_valid = False
         for views in self.grad_views:
             for p, g in views:
                 if p.grad is not g:
@@ -229,11 +240,20 @@ class Schedule:
         staging.copy_(b.grad[b.buffer_of[i]][: unit.padded_numel])
         out = b.reduced[: unit.shard_numel] if b.reduced is not None else None
         self.unit_reduce_scatter = self._launch_reduce_scatter(
-            unit.name, out, staging, b.master_grad[b.master_shard(unit)]
+            unit.name, out, staging, b.master_grad[b.master_shard(unit)], i
         )
 
+    @property
+    def _last_micro(self) -> bool:
+        return self.micro + 1 == self.grad_accum_steps
+
     def _launch_reduce_scatter(
-        self, name: str, out: torch.Tensor | None, full: torch.Tensor, master_grad: torch.Tensor
+        self,
+        name: str,
+        out: torch.Tensor | None,
+        full: torch.Tensor,
+        master_grad: torch.Tensor,
+        norm_index: int,
     ) -> ReduceScatterInFlight:
         result: list[torch.Tensor] = []
 
@@ -247,16 +267,17 @@ class Schedule:
         with record_function(f"yafsdp.reduce_scatter.{name}"):
             done = self.streams.launch(collective, self.streams.compute_event())
         self.log.append(("reduce_scatter", name))
-        return ReduceScatterInFlight(name, done, result[0], master_grad)
+        sq_norm = self.grad_sq_norms[norm_index]
+        return ReduceScatterInFlight(name, done, result[0], master_grad, sq_norm, self._last_micro)
 
     def _finish_unit_reduce_scatter(self) -> None:
         if self.unit_reduce_scatter is not None:
-            _add_into_master_grad(self.unit_reduce_scatter)
+            self._add_into_master_grad(self.unit_reduce_scatter)
             self.unit_reduce_scatter = None
 
     def _finish_resident_reduce_scatter(self) -> None:
         if self.resident_reduce_scatter is not None:
-            _add_into_master_grad(self.resident_reduce_scatter)
+            self._add_into_master_grad(self.resident_reduce_scatter)
             self.resident_reduce_scatter = None
 
     # ---- profiler ranges --------------------------------------------------------------
@@ -266,9 +287,14 @@ class Schedule:
         self._range = record_function(name)
         self._range.__enter__()
 
-
-def _add_into_master_grad(rs: ReduceScatterInFlight) -> None:
-    """Wait for the reduce-scatter and add this rank's summed chunk to the master grad."""
-    with record_function(f"yafsdp.wait.reduce_scatter.{rs.name}"):
-        rs.done.wait()
-    rs.master_grad.add_(rs.reduced)
+    def _add_into_master_grad(self, rs: ReduceScatterInFlight) -> None:
+        """Wait for the reduce-scatter and add this rank's summed chunk to the master grad."""
+        with record_function(f"yafsdp.wait.reduce_scatter.{rs.name}"):
+            rs.done.wait()
+        rs.master_grad.add_(rs.reduced)
+        if rs.last_micro:
+            # The one division of the step (the reduction was a plain sum), and the shard's
+            # norm, both while the slice is still in cache.
+            rs.master_grad.div_(self.world_size * self.grad_accum_steps)
+            # fp64 accumulation: millions of fp32 squares would lose ~1e-5 of the norm.
+            rs.sq_norm.add_(torch.linalg.vector_norm(rs.master_grad, dtype=torch.float64).square())

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from tests.engine.census import EngineAllocations
+from tests.engine.census import EngineAllocations, LargeReads
 from tests.engine.models import BATCH, batch, build, loss_of, units_of, vocab_of
 from yafsdp_impl import YaFSDP
 
@@ -97,8 +97,11 @@ def train_fp32(name: str, rank: int) -> tuple[dict, YaFSDP, torch.optim.Optimize
             loss.backward()
         if step == 0:
             out["grads1"] = engine.full_grad_dict()
-        with mode:
+        reads = LargeReads(len(engine.layout.units) + 1)
+        with mode, reads:
             out["norms"].append(engine.clip_grad_norm_(MAX_NORM).item())
+        out["clip_reads"] = sorted(reads.ops)
+        with mode:
             opt.step()
             opt.zero_grad()
         out["losses"].append(loss.item())
@@ -193,7 +196,8 @@ def train_accum(name: str, rank: int, micro: int) -> dict:
         engine.schedule_log.clear()
         loss_of(engine, tokens[m * (BATCH // micro) : (m + 1) * (BATCH // micro)]).backward()
         logs.append(list(engine.collective_log))
-    return {"grads": engine.full_grad_dict(), "logs": logs}
+    grads = engine.full_grad_dict()
+    return {"grads": grads, "logs": logs, "norm": engine.clip_grad_norm_(MAX_NORM).item()}
 
 
 def train_ckpt(name: str, rank: int, n: int) -> dict:

@@ -179,6 +179,19 @@ def test_clip_grad_norm_equals_reference(ws: int, name: str) -> None:
 
 @params
 @models
+def test_clip_reads_no_gradient_and_reduces_one_scalar(ws: int, name: str) -> None:
+    """the shard norms are summed during backward: clipping only scales the gradients
+    (no op but the in-place scale touches a gradient-sized tensor) after one all-reduce;
+    with accumulation the norm is that of the final gradient."""
+    for r in suite(ws):
+        assert r[name]["clip_reads"] == ["aten.mul_.Tensor"]
+        assert all(count(log, "all_reduce") == 1 for log in r[name]["logs"])
+        want = reference(name, ws)["norms"][0]
+        torch.testing.assert_close(r[name]["accum"]["norm"], want, rtol=1e-6, atol=0)
+
+
+@params
+@models
 def test_local_state_dict_round_trips_bitwise(ws: int, name: str) -> None:
     for r in suite(ws):
         assert r[name]["roundtrip"] == {
