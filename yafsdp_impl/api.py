@@ -16,6 +16,7 @@ from yafsdp_impl import collectives, state_dict
 from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard
+from yafsdp_impl.plan import BufferPlan, choose_plan
 from yafsdp_impl.schedule import Schedule
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
@@ -37,6 +38,10 @@ class YaFSDP:
             full initial value of parameter `name`. It is called one parameter at a time and
             only for parameters that overlap this rank's shards, so the full model is never
             materialised.
+        buffer_plan: "min_bytes" (default: the plan below that holds fewer bytes),
+            "alternating" (two buffers sized to the largest unit) or "ends_shared" (the
+            first and last units share one buffer, the others alternate two layer-sized
+            ones); see `yafsdp_impl.plan`.
     """
 
     def __init__(
@@ -51,6 +56,7 @@ class YaFSDP:
         ckpt_units: int | Sequence[nn.Module] = 0,
         device: torch.device | str | None = None,
         init_fn: Callable[[str, torch.Size], torch.Tensor] | None = None,
+        buffer_plan: str = "min_bytes",
     ) -> None:
         units = list(units)
         if not units:
@@ -67,12 +73,21 @@ class YaFSDP:
         self.device = torch.device(device) if device is not None else _default_device(module)
 
         self.layout = build_layout(module, units, self.world_size)
+        native_reduce_scatter = collectives.has_native_reduce_scatter(self.group)
+        self.buffer_plan: BufferPlan = choose_plan(
+            self.layout,
+            buffer_plan,
+            param_bytes=torch.empty(0, dtype=param_dtype).element_size(),
+            reduce_bytes=torch.empty(0, dtype=reduce_dtype).element_size(),
+            world_size=self.world_size,
+        )
         self.buffers = Buffers(
             self.layout,
+            self.buffer_plan,
             device=self.device,
             param_dtype=param_dtype,
             reduce_dtype=reduce_dtype,
-            native_reduce_scatter=collectives.has_native_reduce_scatter(self.group),
+            native_reduce_scatter=native_reduce_scatter,
         )
         self._init_fn = init_fn
         self._load_module_values(_initial_values(module, init_fn, self.device))

@@ -232,16 +232,25 @@ class Schedule:
     # ---- gradients --------------------------------------------------------------------
 
     def _reduce_scatter(self, i: int) -> None:
+        """Reduce-scatter unit i's gradient buffer through the staging buffer: in one piece,
+        or, for a unit larger than the staging, in chunks (chunk c holds the c-th piece of
+        every rank's shard, so each reduce-scatter yields a piece of this rank's shard)."""
         b = self.buffers
         unit = self.layout.units[i]
         self.grads_waiting.discard(i)
-        self._finish_unit_reduce_scatter()  # frees the staging buffer
-        staging = b.staging[: unit.padded_numel]
-        staging.copy_(b.grad[b.buffer_of[i]][: unit.padded_numel])
-        out = b.reduced[: unit.shard_numel] if b.reduced is not None else None
-        self.unit_reduce_scatter = self._launch_reduce_scatter(
-            unit.name, out, staging, b.master_grad[b.master_shard(unit)], i
-        )
+        p, shard = self.world_size, unit.shard_numel
+        grad = b.grad[b.buffer_of[i]][: unit.padded_numel].view(p, shard)
+        master_grad = b.master_grad[b.master_shard(unit)]
+        chunk = b.staging.numel() // p
+        for lo in range(0, shard, chunk):
+            n = min(chunk, shard - lo)
+            self._finish_unit_reduce_scatter()  # frees the staging buffer
+            staging = b.staging[: p * n]
+            staging.view(p, n).copy_(grad[:, lo : lo + n])
+            out = b.reduced[:n] if b.reduced is not None else None
+            self.unit_reduce_scatter = self._launch_reduce_scatter(
+                unit.name, out, staging, master_grad[lo : lo + n], i
+            )
 
     @property
     def _last_micro(self) -> bool:

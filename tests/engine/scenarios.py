@@ -207,6 +207,38 @@ def train_ckpt(name: str, rank: int, n: int) -> dict:
     return {"grads": engine.full_grad_dict(), "log": list(engine.collective_log)}
 
 
+def train_ends_shared(name: str, rank: int) -> dict:
+    """The `ends_shared` buffer plan: 3 steps with clipping, then 4 accumulated micro-batches."""
+    model = build(name)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan="ends_shared")
+    opt = optimizer(engine)
+    vocab = vocab_of(model)
+    out: dict = {"losses": [], "norms": [], "logs": [], "plan": engine.buffer_plan}
+    out["padded"] = [u.padded_numel for u in engine.layout.units]
+    for step in range(STEPS):
+        engine.schedule_log.clear()
+        loss = loss_of(engine, batch(vocab, step, rank))
+        loss.backward()
+        if step == 0:
+            out["grads1"] = engine.full_grad_dict()
+        out["norms"].append(engine.clip_grad_norm_(MAX_NORM).item())
+        opt.step()
+        opt.zero_grad()
+        out["losses"].append(loss.item())
+        out["logs"].append(list(engine.schedule_log))
+    out["final"] = engine.full_state_dict()
+    model = build(name)
+    engine = YaFSDP(
+        model, units_of(model), param_dtype=torch.float32, grad_accum_steps=BATCH,
+        buffer_plan="ends_shared",
+    )  # fmt: skip
+    tokens = batch(vocab, 0, rank)
+    for m in range(BATCH):
+        loss_of(engine, tokens[m : m + 1]).backward()
+    out["accum_grads"] = engine.full_grad_dict()
+    return out
+
+
 def unit_weight_bytes(n_layers: int) -> int:
     """Bytes of unsharded unit weights (the resident norm unit grows with depth; not counted)."""
     model = build("gpt", n_layers=n_layers)
@@ -225,6 +257,7 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["bf16_reduce"] = train_bf16(name, rank, torch.bfloat16)
         r["accum"] = train_accum(name, rank, BATCH)
         r["ckpt"] = train_ckpt(name, rank, 2)
+        r["ends_shared"] = train_ends_shared(name, rank)
         r["n_units"] = len(engine.layout.units)
         out[name] = r
     return out
