@@ -1,16 +1,16 @@
 """Every tensor the engine owns, allocated once: parameters and gradients are views into it.
 
 Unsharded weights: the buffers of the `BufferPlan` (two sized to the largest unit, unit i
-using buffer i % 2; or the first and last units sharing one and the others alternating
-two layer-sized ones) and one for the resident unit (norm weights, parameters outside
-every unit). Unsharded gradients: the same shapes, in the param dtype. Sharded state: one
-flat fp32 master tensor per group (units, resident) with a preallocated fp32 grad, plus
-its param-dtype copy that feeds the all-gathers. The optimizer sees one flat parameter per unit, each a view of the
-flat master: a non-fused optimizer's temporaries are then bounded by one unit's shard, not
-by the whole shard. Staging: one reduce-dtype copy of a gradient buffer (or of a chunk of
-it, for a unit larger than the staging) that the reduce-scatter reads, so that the gradient
-buffer is free again as soon as it is copied (one reduce-scatter is in flight at a time; it
-has the next unit's backward to finish).
+using buffer i % 2; or the first and last units sharing one and the others alternating two
+layer-sized ones) and one for the resident unit (norm weights, parameters outside every
+unit). Unsharded gradients: the same shapes, in the param dtype. Sharded state: one flat
+fp32 master tensor per group (units, resident) with a preallocated fp32 grad, plus its
+param-dtype copy that feeds the all-gathers. The optimizer sees one flat parameter per
+unit, each a view of the flat master: a non-fused optimizer's temporaries are then bounded
+by one unit's shard, not by the whole shard. Staging: one reduce-dtype copy of a gradient
+buffer (or of a chunk of it, for a unit larger than the staging) that the reduce-scatter
+reads, so that the gradient buffer is free again as soon as it is copied (one reduce-
+scatter is in flight at a time; it has the next unit's backward to finish).
 """
 
 from __future__ import annotations
