@@ -129,6 +129,15 @@ class YaFSDP:
         """The fp32 master shards, one flat parameter per unit: what the optimizer updates."""
         return list(self.buffers.master_params)
 
+    def prefetch_after(self, optimizer: torch.optim.Optimizer) -> None:
+        """Start each next step as soon as `optimizer.step()` has written the master weights:
+        the param-dtype copy, then the resident unit's and the first two units' gathers, so
+        they overlap whatever runs before the next forward (the optimizer's zero_grad, data
+        loading, logging). Without it they start at the next forward."""
+        optimizer.register_step_post_hook(
+            lambda opt, args, kwargs: self.schedule.prefetch_next_step()
+        )
+
     @property
     def schedule_log(self) -> list[tuple[str, str]]:
         """(op, unit) for every collective and unit forward/backward, in issue order."""

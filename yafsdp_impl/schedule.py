@@ -104,6 +104,7 @@ class Schedule:
     def on_root_forward(self) -> None:
         if self.phase is Phase.IDLE:
             self._open_step()
+        self._attach_grads()  # an optimizer's zero_grad may have dropped them since
         self._gather(0)
         # Resident weights may be used anywhere in the forward, even before the first unit.
         with record_function(f"yafsdp.wait.all_gather.{self.layout.resident.name}"):
@@ -167,19 +168,25 @@ class Schedule:
 
     # ---- the step's start ---------------------------------------------------------------
 
+    def prefetch_next_step(self) -> None:
+        """Open the next step now (the optimizer has just written the master weights): the
+        param-dtype copy, then the resident unit's and the first two units' gathers, which
+        then overlap whatever runs before the next forward."""
+        if self.phase is not Phase.IDLE:
+            return  # mid-step (an accumulation): the master weights have not changed
+        self._open_step()
+        for i in range(min(2, len(self.layout.units))):
+            self._gather(i)
+
     def _open_step(self) -> None:
         b = self.buffers
         self.version += 1
-        self.copy_master_to_param_dtype()
-        b.attach_master_grads()
+        self.copy_master_to_param_dtype()  # on CPU synchronous; on CUDA before the event below
         b.master_grad.zero_()
         b.resident_master_grad.zero_()
         self.grad_sq_norms.zero_()
         self.grad_norms_valid = False
-        for views in self.grad_views:
-            for p, g in views:
-                if p.grad is not g:
-                    p.grad = g
+        self._attach_grads()
         out, shard = b.resident_weight, b.resident_gather_source
         name = self.layout.resident.name
         with record_function(f"yafsdp.all_gather.{name}"):
@@ -189,6 +196,13 @@ class Schedule:
             )
         self.log.append(("all_gather", name))
         self.phase = Phase.FORWARD
+
+    def _attach_grads(self) -> None:
+        self.buffers.attach_master_grads()
+        for views in self.grad_views:
+            for p, g in views:
+                if p.grad is not g:
+                    p.grad = g
 
     @torch.no_grad()
     def copy_master_to_param_dtype(self) -> None:
@@ -205,6 +219,9 @@ class Schedule:
         slot = self.slots[k]
         if slot.holds(i, self.version):
             return  # still holds this unit's current weights: no re-gather
+        # A gather still in flight into this buffer (prefetched, then the weights reloaded)
+        # must land before the next one: gloo may run two collectives concurrently.
+        slot.ready.wait()
         unit = self.layout.units[i]
         out = self.buffers.weight[k][: unit.padded_numel]
         shard = self.buffers.gather_source[self.buffers.master_shard(unit)]

@@ -155,9 +155,11 @@ def roundtrip(engine: YaFSDP, opt: torch.optim.Optimizer, name: str, rank: int) 
     return {"loaded_equal": loaded_equal, "continued_equal": after, "full_equal": full_equal}
 
 
-def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
+def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype, prefetch: bool = False) -> dict:
     """bf16 weights; the master-to-bf16 copy is slowed, and the gathered weights must still
-    be the updated ones at the first forward of every step."""
+    be the updated ones at the first forward of every step. With `prefetch`, the next step's
+    first gathers start when the optimizer step returns; unit 0's weights are then checked as
+    its forward starts, and each step's log is kept."""
     model = build(name)
     engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
     copy_master = engine.schedule.copy_master_to_param_dtype
@@ -168,10 +170,22 @@ def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
 
     engine.schedule.copy_master_to_param_dtype = slow_copy
     opt = optimizer(engine)
+    if prefetch:
+        engine.prefetch_after(opt)
     vocab = vocab_of(model)
-    losses, fresh = [], []
-    last_unit = engine.layout.units[-1]
+    losses, fresh, logs, first_fresh = [], [], [], []
+    last_unit, first_unit = engine.layout.units[-1], engine.layout.units[0]
+    want_first: list[torch.Tensor] = []
+
+    def check_first(module: torch.nn.Module, args: tuple) -> None:
+        held = [s.module._parameters[s.attr].detach() for s in first_unit.slots]
+        first_fresh.append(all(torch.equal(h, w) for h, w in zip(held, want_first, strict=True)))
+
+    units_of(model)[0].register_forward_pre_hook(check_first)
     for step in range(STEPS):
+        engine.schedule_log.clear()
+        full = engine.full_state_dict()
+        want_first[:] = [full[s.name].to(torch.bfloat16) for s in first_unit.slots]
         loss = loss_of(engine, batch(vocab, step, rank))
         # Weights in the buffers now must be bf16(master) of this step.
         full = engine.full_state_dict()
@@ -183,7 +197,14 @@ def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    return {"losses": losses, "final": engine.full_state_dict(), "gathered_fresh": fresh}
+        logs.append(list(engine.schedule_log))
+    return {
+        "losses": losses,
+        "final": engine.full_state_dict(),
+        "gathered_fresh": fresh,
+        "first_unit_fresh": first_fresh,
+        "logs": logs,
+    }
 
 
 def train_accum(name: str, rank: int, micro: int) -> dict:
@@ -255,6 +276,7 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["roundtrip"] = roundtrip(engine, opt, name, rank)
         r["bf16"] = train_bf16(name, rank, torch.float32)
         r["bf16_reduce"] = train_bf16(name, rank, torch.bfloat16)
+        r["bf16_prefetch"] = train_bf16(name, rank, torch.float32, prefetch=True)
         r["accum"] = train_accum(name, rank, BATCH)
         r["ckpt"] = train_ckpt(name, rank, 2)
         r["ends_shared"] = train_ends_shared(name, rank)

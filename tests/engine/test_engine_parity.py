@@ -352,3 +352,28 @@ def test_ends_shared_buffer_plan_matches_reference(ws: int, name: str) -> None:
         assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == chunks
     if name == "llama_tiny":  # its embedding and output outsize a layer
         assert chunks > 1
+
+
+@params
+@models
+def test_prefetched_gathers_start_after_the_step_and_hold_updated_weights(
+    ws: int, name: str
+) -> None:
+    """prefetch_after(opt): the resident and the first two units are gathered right after
+    the optimizer step (after the slowed master-to-bf16 copy), hold the updated weights when
+    the next forward starts, are not gathered again, and the losses stay in tolerance."""
+    ref = reference(name, ws)
+    u = suite(ws)[0][name]["n_units"]
+    prefetched = [("all_gather", "resident"), ("all_gather", "unit0"), ("all_gather", "unit1")]
+    runs = [r[name]["bf16_prefetch"] for r in suite(ws)]
+    for rank, r in enumerate(runs):
+        assert r["gathered_fresh"] == [True] * STEPS
+        assert r["first_unit_fresh"] == [True] * STEPS
+        want = [step[rank] for step in ref["losses"]]
+        torch.testing.assert_close(r["losses"], want, rtol=2e-2, atol=0)
+        assert r["logs"] == runs[0]["logs"]
+        for step, log in enumerate(r["logs"]):
+            assert log[-3:] == prefetched  # issued once the step returned
+            if step > 0:
+                assert log[0] == ("forward", "unit0")  # nothing left to gather first
+            assert count(log, "all_gather") == 2 * u - 1 + (3 if step == 0 else 0)
