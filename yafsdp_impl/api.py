@@ -138,6 +138,11 @@ class YaFSDP:
             lambda opt, args, kwargs: self.schedule.prefetch_next_step()
         )
 
+    def prefetch_next_step(self) -> None:
+        """What `prefetch_after` runs; call it yourself right after the optimizer step (never
+        before it: the gathers would read the old weights)."""
+        self.schedule.prefetch_next_step()
+
     @property
     def schedule_log(self) -> list[tuple[str, str]]:
         """(op, unit) for every collective and unit forward/backward, in issue order."""
