@@ -1,14 +1,16 @@
 """Every tensor the engine owns, allocated once: parameters and gradients are views into it.
 
-Unsharded weights: two buffers sized to the largest unit (unit i uses buffer i % 2) and
-one for the resident norm/extra unit. Unsharded gradients: the same shape, in the param
-dtype. Sharded state: one flat fp32 master tensor per group (units, resident) with a
-preallocated fp32 grad, plus its param-dtype copy that feeds the all-gathers. The
-optimizer sees one flat parameter per unit, each a view of the flat master: a non-fused
-optimizer's temporaries are then bounded by one unit's shard, not by the whole shard. Staging:
-one reduce-dtype copy of a gradient buffer that the reduce-scatter reads, so that the
-gradient buffer is free again as soon as it is copied (one unit's reduce-scatter is in
-flight at a time; it has the next unit's backward to finish).
+Unsharded weights: the buffers of the `BufferPlan` (two sized to the largest unit, unit i
+using buffer i % 2; or the first and last units sharing one and the others alternating two
+layer-sized ones) and one for the resident unit (norm weights, parameters outside every
+unit). Unsharded gradients: the same shapes, in the param dtype. Sharded state: one flat
+fp32 master tensor per group (units, resident) with a preallocated fp32 grad, plus its
+param-dtype copy that feeds the all-gathers. The optimizer sees one flat parameter per
+unit, each a view of the flat master: a non-fused optimizer's temporaries are then bounded
+by one unit's shard, not by the whole shard. Staging: one reduce-dtype copy of a gradient
+buffer (or of a chunk of it, for a unit larger than the staging) that the reduce-scatter
+reads, so that the gradient buffer is free again as soon as it is copied (one reduce-
+scatter is in flight at a time; it has the next unit's backward to finish).
 """
 
 from __future__ import annotations
@@ -17,23 +19,27 @@ import torch
 from torch import nn
 
 from yafsdp_impl.layout import Layout, UnitLayout
+from yafsdp_impl.plan import BufferPlan
 
 
 class Buffers:
     def __init__(
         self,
         layout: Layout,
+        plan: BufferPlan,
         *,
         device: torch.device,
         param_dtype: torch.dtype,
         reduce_dtype: torch.dtype,
         native_reduce_scatter: bool,
     ) -> None:
-        big = layout.max_padded_numel
         res = layout.resident.padded_numel
+        self.device = device
+        self.plan = plan
+        self.buffer_of = plan.buffer_of  # unit -> weight (and gradient) buffer
         empty = lambda n, dt: torch.zeros(n, dtype=dt, device=device)  # noqa: E731
-        self.weight = [empty(big, param_dtype) for _ in range(2)]
-        self.grad = [empty(big, param_dtype) for _ in range(2)]
+        self.weight = [empty(n, param_dtype) for n in plan.buffer_numel]
+        self.grad = [empty(n, param_dtype) for n in plan.buffer_numel]
         self.resident_weight = empty(res, param_dtype)
         self.resident_grad = empty(res, param_dtype)
 
@@ -49,17 +55,18 @@ class Buffers:
 
         # The all-gather input; with an fp32 param dtype the master itself serves.
         same = param_dtype == torch.float32
-        self.lowp = self.master if same else empty(layout.master_numel, param_dtype)
-        self.resident_lowp = (
+        self.gather_source = self.master if same else empty(layout.master_numel, param_dtype)
+        self.resident_gather_source = (
             self.resident_master if same else empty(layout.resident.shard_numel, param_dtype)
         )
 
-        self.staging = empty(big, reduce_dtype)
+        self.staging = empty(plan.staging_numel, reduce_dtype)
         # The resident unit's gradients accumulate here across micro-batches, reduced once.
         self.resident_staging = empty(res, reduce_dtype)
-        max_shard = max(u.shard_numel for u in layout.units)
-        self.rs_out = empty(max_shard, reduce_dtype) if native_reduce_scatter else None
-        self.resident_rs_out = (
+        chunk = plan.staging_numel // layout.resident.world_size
+        # This rank's summed chunk of a reduce-scatter (gloo returns a view of its input).
+        self.reduced = empty(chunk, reduce_dtype) if native_reduce_scatter else None
+        self.resident_reduced = (
             empty(layout.resident.shard_numel, reduce_dtype) if native_reduce_scatter else None
         )
 
@@ -75,10 +82,10 @@ class Buffers:
     def bytes_by_class(self) -> dict[str, int]:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
         staging = [self.staging, self.resident_staging]
-        if self.rs_out is not None:
-            staging += [self.rs_out, self.resident_rs_out]
-        if self.lowp is not self.master:
-            staging += [self.lowp, self.resident_lowp]
+        if self.reduced is not None:
+            staging += [self.reduced, self.resident_reduced]
+        if self.gather_source is not self.master:
+            staging += [self.gather_source, self.resident_gather_source]
         return {
             "weights": nbytes([*self.weight, self.resident_weight]),
             "grads": nbytes([*self.grad, self.resident_grad]),

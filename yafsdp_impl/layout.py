@@ -1,4 +1,4 @@
-"""Which parameter lives where: units, the resident norm/extra unit, flat ragged shards."""
+"""Which parameter lives where: units, the resident unit, flat ragged shards."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-RESIDENT = "norm"
+# Norm weights and parameters outside every unit: gathered and reduced once per step.
+RESIDENT = "resident"
 
 
 def is_norm(module: nn.Module) -> bool:

@@ -1,74 +1,326 @@
-"""Ready/released ordering between compute and communication, on GPU and on CPU alike.
+"""The schedule: which collective runs when, and what each weight buffer holds.
 
-The engine speaks of *events*: a point in the compute or communication timeline that
-another party waits for. On CUDA an event is a `torch.cuda.Event` and communication runs
-on its own high-priority stream. On CPU there are no streams: collectives are issued with
-`async_op=True` so gloo's threads move data while the main thread computes, and the work
-handle plays the event. Compute on CPU is synchronous, so a compute event is already
-complete when recorded. The engine itself never branches on the device.
+Forward: the root pre-hook opens the step (param-dtype copy of the master, resident
+gather) and gathers unit 0; each unit's pre-hook gathers the next unit into the other
+buffer, then waits for its own weights. Backward mirrors it: each unit gathers the one
+before it, and a unit's gradient buffer is reduce-scattered lazily, when the next unit
+that uses that buffer starts its backward. The end of backward flushes the rest in an
+order every rank shares and reduces the resident unit once per step. On the step's last
+micro-batch each finished reduce-scatter divides its slice of the master gradient (the one
+division) and adds its squared norm to the clipping total.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.autograd import Variable
+from torch.autograd.profiler import record_function
+
+from yafsdp_impl import collectives
+from yafsdp_impl.buffers import Buffers
+from yafsdp_impl.events import DONE, Event, Streams
+from yafsdp_impl.layout import Layout
 
 
-class Event:
-    """Something already complete; the base case (CPU compute)."""
-
-    def wait(self) -> None:
-        """Make the current compute wait for this event."""
-
-
-DONE = Event()
+class Phase(enum.Enum):
+    IDLE = enum.auto()  # no step open: the next forward copies the master and gathers afresh
+    FORWARD = enum.auto()  # a step is open: its forwards, and the gaps between micro-batches
+    BACKWARD = enum.auto()  # autograd is running the units' backward
 
 
-class _WorkEvent(Event):
-    def __init__(self, work: dist.Work | None) -> None:
-        self.work = work
+@dataclass(slots=True)
+class BufferSlot:
+    """What one unsharded weight buffer holds: whose weights, of which step, ready when."""
 
-    def wait(self) -> None:
-        if self.work is not None:
-            self.work.wait()
-            self.work = None
+    owner: int | None = None
+    version: int = -1
+    ready: Event = DONE
 
-
-class _CudaEvent(Event):
-    def __init__(self, event: torch.cuda.Event) -> None:
-        self.event = event
-
-    def wait(self) -> None:
-        torch.cuda.current_stream().wait_event(self.event)
+    def holds(self, unit: int, version: int) -> bool:
+        return self.owner == unit and self.version == version
 
 
-class Scheduler:
-    """Records compute events and launches collectives after the events they depend on."""
+@dataclass(slots=True)
+class ReduceScatterInFlight:
+    """A launched reduce-scatter: when done, `reduced` is this rank's summed chunk, to be
+    added into `master_grad`; on the step's last micro-batch that slice is then final, so it
+    is divided there and its squared norm added to `sq_norm` (clipping reads no gradient)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.comm_stream = torch.cuda.Stream(device, priority=-1) if self.cuda else None
+    name: str
+    done: Event
+    reduced: torch.Tensor
+    master_grad: torch.Tensor
+    sq_norm: torch.Tensor
+    last_micro: bool
 
-    def compute_event(self) -> Event:
-        """An event after everything the compute side has issued so far."""
-        if not self.cuda:
-            return DONE
-        ev = torch.cuda.Event()
-        ev.record(torch.cuda.current_stream())
-        return _CudaEvent(ev)
 
-    def launch(self, collective: Callable[[bool], dist.Work | None], after: Event) -> Event:
-        """Run `collective(async_op)` once `after` has happened; return its completion event."""
-        if not self.cuda:
-            after.wait()
-            return _WorkEvent(collective(True))
-        assert self.comm_stream is not None
-        if isinstance(after, _CudaEvent):
-            self.comm_stream.wait_event(after.event)
-        with torch.cuda.stream(self.comm_stream):
-            collective(False)
-            done = torch.cuda.Event()
-            done.record(self.comm_stream)
-        return _CudaEvent(done)
+class Schedule:
+    def __init__(
+        self,
+        layout: Layout,
+        buffers: Buffers,
+        group: dist.ProcessGroup,
+        *,
+        grad_accum_steps: int,
+        grad_views: list[list[tuple[nn.Parameter, torch.Tensor]]],
+    ) -> None:
+        self.layout = layout
+        self.buffers = buffers
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.grad_accum_steps = grad_accum_steps
+        self.streams = Streams(buffers.device)
+        self.grad_views = grad_views
+        self.log: list[tuple[str, str]] = []  # (op, unit), in issue order
+        self.phase = Phase.IDLE
+        self.version = 0  # bumped whenever the master weights may have changed (a new step)
+        self.slots = [BufferSlot() for _ in buffers.weight]
+        self.resident_ready: Event = DONE
+        self.unit_reduce_scatter: ReduceScatterInFlight | None = None  # reads the staging
+        self.resident_reduce_scatter: ReduceScatterInFlight | None = None
+        self.grads_waiting: set[int] = set()  # units whose gradients sit in a grad buffer
+        self.micro = 0
+        # Squared L2 norm of each unit's (and, last, the resident's) final reduced shard,
+        # summed in fp64 as the reduce-scatters finish; valid once the step's last backward
+        # has ended and until the gradients are clipped or a new step opens.
+        self.grad_sq_norms = torch.zeros(len(layout.units) + 1, dtype=torch.float64)
+        self.grad_sq_norms = self.grad_sq_norms.to(buffers.device)
+        self.grad_norms_valid = False
+        self._range: Any = None  # the open record_function of the current unit
+
+    def invalidate(self) -> None:
+        """The master weights changed outside a step: the next forward gathers afresh."""
+        self.phase = Phase.IDLE
+
+    # ---- forward ----------------------------------------------------------------------
+
+    def on_root_forward(self) -> None:
+        if self.phase is Phase.IDLE:
+            self._open_step()
+        self._attach_grads()  # an optimizer's zero_grad may have dropped them since
+        self._gather(0)
+        # Resident weights may be used anywhere in the forward, even before the first unit.
+        with record_function(f"yafsdp.wait.all_gather.{self.layout.resident.name}"):
+            self.resident_ready.wait()
+        self.resident_ready = DONE
+
+    def pre_forward(self, i: int) -> None:
+        if i + 1 < len(self.layout.units):
+            self._gather(i + 1)
+        self._wait_weights(i)
+        self.log.append(("forward", f"unit{i}"))
+        self._open_range(f"yafsdp.forward.unit{i}")
+
+    def close_range(self) -> None:
+        if self._range is not None:
+            self._range.__exit__(None, None, None)
+            self._range = None
+
+    # ---- backward ---------------------------------------------------------------------
+
+    def pre_backward(self, i: int) -> None:
+        if self.phase is not Phase.BACKWARD:
+            self.phase = Phase.BACKWARD
+            Variable._execution_engine.queue_callback(self._end_backward)
+        self.close_range()
+        self.log.append(("backward", f"unit{i}"))
+        if i > 0:
+            self._gather(i - 1)
+        k = self.buffers.buffer_of[i]
+        previous = [u for u in self.grads_waiting if self.buffers.buffer_of[u] == k]
+        for u in previous:
+            self._reduce_scatter(u)  # lazy: its gradient buffer is needed now
+        self._wait_weights(i)
+        self.buffers.grad[k][: self.layout.units[i].padded_numel].zero_()
+        self.grads_waiting.add(i)
+        self._open_range(f"yafsdp.backward.unit{i}")
+
+    def _end_backward(self) -> None:
+        self.close_range()
+        b = self.buffers
+        for i in sorted(self.grads_waiting, reverse=True):
+            self._reduce_scatter(i)
+        b.resident_staging.add_(b.resident_grad)
+        b.resident_grad.zero_()
+        last = self._last_micro
+        if last:
+            res = self.layout.resident
+            self.resident_reduce_scatter = self._launch_reduce_scatter(
+                res.name, b.resident_reduced, b.resident_staging, b.resident_master_grad, -1
+            )
+        self._finish_unit_reduce_scatter()
+        self._finish_resident_reduce_scatter()
+        if last:
+            b.resident_staging.zero_()
+            self.micro = 0
+            self.phase = Phase.IDLE
+            self.grad_norms_valid = True
+        else:
+            self.micro += 1
+            self.phase = Phase.FORWARD
+
+    # ---- the step's start ---------------------------------------------------------------
+
+    def prefetch_next_step(self) -> None:
+        """Open the next step now (the optimizer has just written the master weights): the
+        param-dtype copy, then the resident unit's and the first two units' gathers, which
+        then overlap whatever runs before the next forward."""
+        if self.phase is not Phase.IDLE:
+            return  # mid-step (an accumulation): the master weights have not changed
+        self._open_step()
+        for i in range(min(2, len(self.layout.units))):
+            self._gather(i)
+
+    def _open_step(self) -> None:
+        b = self.buffers
+        self.version += 1
+        self.copy_master_to_param_dtype()  # on CPU synchronous; on CUDA before the event below
+        b.master_grad.zero_()
+        b.resident_master_grad.zero_()
+        self.grad_sq_norms.zero_()
+        self.grad_norms_valid = False
+        self._attach_grads()
+        out, shard = b.resident_weight, b.resident_gather_source
+        name = self.layout.resident.name
+        with record_function(f"yafsdp.all_gather.{name}"):
+            self.resident_ready = self.streams.launch(
+                lambda a: collectives.all_gather(out, shard, self.group, a),
+                self.streams.compute_event(),
+            )
+        self.log.append(("all_gather", name))
+        self.phase = Phase.FORWARD
+
+    def _attach_grads(self) -> None:
+        self.buffers.attach_master_grads()
+        for views in self.grad_views:
+            for p, g in views:
+                if p.grad is not g:
+                    p.grad = g
+
+    @torch.no_grad()
+    def copy_master_to_param_dtype(self) -> None:
+        """The once-per-step param-dtype copy of the master shards that the gathers read."""
+        b = self.buffers
+        if b.gather_source is not b.master:
+            b.gather_source.copy_(b.master)
+            b.resident_gather_source.copy_(b.resident_master)
+
+    # ---- weights ----------------------------------------------------------------------
+
+    def _gather(self, i: int) -> None:
+        k = self.buffers.buffer_of[i]
+        slot = self.slots[k]
+        if slot.holds(i, self.version):
+            return  # still holds this unit's current weights: no re-gather
+        # A gather still in flight into this buffer (prefetched, then the weights reloaded)
+        # must land before the next one: gloo may run two collectives concurrently.
+        slot.ready.wait()
+        unit = self.layout.units[i]
+        out = self.buffers.weight[k][: unit.padded_numel]
+        shard = self.buffers.gather_source[self.buffers.master_shard(unit)]
+        # The compute event is buffer k's *released* point: its previous unit is done.
+        released = self.streams.compute_event()
+        with record_function(f"yafsdp.all_gather.{unit.name}"):
+            slot.ready = self.streams.launch(
+                lambda a: collectives.all_gather(out, shard, self.group, a), released
+            )
+        slot.owner, slot.version = i, self.version
+        self.log.append(("all_gather", unit.name))
+
+    def _wait_weights(self, i: int) -> None:
+        k = self.buffers.buffer_of[i]
+        slot = self.slots[k]
+        if not slot.holds(i, self.version):
+            raise RuntimeError(
+                f"unit {i} runs but weight buffer {k} holds unit {slot.owner}: units must "
+                "run in the order given to YaFSDP, each once per forward"
+            )
+        with record_function(f"yafsdp.wait.all_gather.unit{i}"):
+            slot.ready.wait()
+        slot.ready = DONE
+
+    # ---- gradients --------------------------------------------------------------------
+
+    def _reduce_scatter(self, i: int) -> None:
+        """Reduce-scatter unit i's gradient buffer through the staging buffer: in one piece,
+        or, for a unit larger than the staging, in chunks (chunk c holds the c-th piece of
+        every rank's shard, so each reduce-scatter yields a piece of this rank's shard)."""
+        b = self.buffers
+        unit = self.layout.units[i]
+        self.grads_waiting.discard(i)
+        p, shard = self.world_size, unit.shard_numel
+        grad = b.grad[b.buffer_of[i]][: unit.padded_numel].view(p, shard)
+        master_grad = b.master_grad[b.master_shard(unit)]
+        chunk = b.staging.numel() // p
+        for lo in range(0, shard, chunk):
+            n = min(chunk, shard - lo)
+            self._finish_unit_reduce_scatter()  # frees the staging buffer
+            staging = b.staging[: p * n]
+            staging.view(p, n).copy_(grad[:, lo : lo + n])
+            out = b.reduced[:n] if b.reduced is not None else None
+            self.unit_reduce_scatter = self._launch_reduce_scatter(
+                unit.name, out, staging, master_grad[lo : lo + n], i
+            )
+
+    @property
+    def _last_micro(self) -> bool:
+        return self.micro + 1 == self.grad_accum_steps
+
+    def _launch_reduce_scatter(
+        self,
+        name: str,
+        out: torch.Tensor | None,
+        full: torch.Tensor,
+        master_grad: torch.Tensor,
+        norm_index: int,
+    ) -> ReduceScatterInFlight:
+        result: list[torch.Tensor] = []
+
+        def collective(async_op: bool) -> dist.Work | None:
+            work, reduced = collectives.reduce_scatter(
+                out, full, self.group, self.rank, self.world_size, async_op
+            )
+            result.append(reduced)
+            return work
+
+        with record_function(f"yafsdp.reduce_scatter.{name}"):
+            done = self.streams.launch(collective, self.streams.compute_event())
+        self.log.append(("reduce_scatter", name))
+        sq_norm = self.grad_sq_norms[norm_index]
+        return ReduceScatterInFlight(name, done, result[0], master_grad, sq_norm, self._last_micro)
+
+    def _finish_unit_reduce_scatter(self) -> None:
+        if self.unit_reduce_scatter is not None:
+            self._add_into_master_grad(self.unit_reduce_scatter)
+            self.unit_reduce_scatter = None
+
+    def _finish_resident_reduce_scatter(self) -> None:
+        if self.resident_reduce_scatter is not None:
+            self._add_into_master_grad(self.resident_reduce_scatter)
+            self.resident_reduce_scatter = None
+
+    # ---- profiler ranges --------------------------------------------------------------
+
+    def _open_range(self, name: str) -> None:
+        self.close_range()
+        self._range = record_function(name)
+        self._range.__enter__()
+
+    def _add_into_master_grad(self, rs: ReduceScatterInFlight) -> None:
+        """Wait for the reduce-scatter and add this rank's summed chunk to the master grad."""
+        with record_function(f"yafsdp.wait.reduce_scatter.{rs.name}"):
+            rs.done.wait()
+        rs.master_grad.add_(rs.reduced)
+        if rs.last_micro:
+            # The one division of the step (the reduction was a plain sum), and the shard's
+            # norm, both while the slice is still in cache.
+            rs.master_grad.div_(self.world_size * self.grad_accum_steps)
+            # fp64 accumulation: millions of fp32 squares would lose ~1e-5 of the norm.
+            rs.sq_norm.add_(torch.linalg.vector_norm(rs.master_grad, dtype=torch.float64).square())

@@ -7,7 +7,10 @@
 | param dtype / reduce dtype | job dtype / fp32 (`engine.reduce_dtype`) | the original class's default `bit16_reduce_scatter=False` |
 | activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |
 | gradient division | summed, divided once by P x accumulation at the end, so the loss is not pre-scaled | the engine's design |
-| clipping | the engine's `clip_grad_norm_`: one all-reduce of the squared shard norms | the engine's API |
+| clipping | the engine's `clip_grad_norm_`: shard norms summed during backward, then one scalar all-reduce and one scale | the engine's API |
+| buffer plan | the engine's `min_bytes` choice: two largest-unit buffers, or embedding and output sharing one and the layers alternating two layer-sized ones | the engine's API |
+| step start | `prefetch_next_step` after the optimizer step: the resident and first two units' gathers start then, not at the next forward | the engine's API |
+| optimizer | the harness's AdamW (`adamw_impl`, fused by default) as one call over the flat fp32 master shards, one per unit plus the resident one | the engine's design |
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class YaFSDPEngine:
             module=engine.module,
             params=engine.parameters(),
             clip_grad_norm_=engine.clip_grad_norm_,
+            after_step=engine.prefetch_next_step,
             memory_breakdown=engine.memory_report,
             settings={
                 "units": [canonical_module_name(n) for n in unit_names],
@@ -48,6 +52,9 @@ class YaFSDPEngine:
                 "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
                 "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
                 "gradient_sync": "every micro-batch",
-                "clip": "YaFSDP.clip_grad_norm_ (one all-reduce)",
+                "clip": "YaFSDP.clip_grad_norm_ (norms summed in backward, one all-reduce)",
+                "buffer_plan": engine.buffer_plan.describe(),
+                "prefetch": "next step's resident, unit 0 and unit 1 gathers after optimizer step",
+                "optimizer_params": f"{len(engine.parameters())} flat fp32 master shards",
             },
         )

@@ -41,3 +41,18 @@ class EngineAllocations(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
                     self.allocations.append((str(func), t.untyped_storage().nbytes()))
         return out
+
+
+class LargeReads(TorchDispatchMode):
+    """Names of the ops that read a tensor of more than `numel` elements."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel = numel
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        leaves = tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.numel() > self.numel for t in leaves):
+            self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))

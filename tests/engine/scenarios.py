@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from tests.engine.census import EngineAllocations
+from tests.engine.census import EngineAllocations, LargeReads
 from tests.engine.models import BATCH, batch, build, loss_of, units_of, vocab_of
 from yafsdp_impl import YaFSDP
 
@@ -97,8 +97,11 @@ def train_fp32(name: str, rank: int) -> tuple[dict, YaFSDP, torch.optim.Optimize
             loss.backward()
         if step == 0:
             out["grads1"] = engine.full_grad_dict()
-        with mode:
+        reads = LargeReads(len(engine.layout.units) + 1)
+        with mode, reads:
             out["norms"].append(engine.clip_grad_norm_(MAX_NORM).item())
+        out["clip_reads"] = sorted(reads.ops)
+        with mode:
             opt.step()
             opt.zero_grad()
         out["losses"].append(loss.item())
@@ -152,23 +155,37 @@ def roundtrip(engine: YaFSDP, opt: torch.optim.Optimizer, name: str, rank: int) 
     return {"loaded_equal": loaded_equal, "continued_equal": after, "full_equal": full_equal}
 
 
-def train_lowp(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
+def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype, prefetch: bool = False) -> dict:
     """bf16 weights; the master-to-bf16 copy is slowed, and the gathered weights must still
-    be the updated ones at the first forward of every step."""
+    be the updated ones at the first forward of every step. With `prefetch`, the next step's
+    first gathers start when the optimizer step returns; unit 0's weights are then checked as
+    its forward starts, and each step's log is kept."""
     model = build(name)
     engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
-    copy_master = engine._copy_master_to_lowp
+    copy_master = engine.schedule.copy_master_to_param_dtype
 
     def slow_copy() -> None:
         time.sleep(DELAY_S)
         copy_master()
 
-    engine._copy_master_to_lowp = slow_copy
+    engine.schedule.copy_master_to_param_dtype = slow_copy
     opt = optimizer(engine)
+    if prefetch:
+        engine.prefetch_after(opt)
     vocab = vocab_of(model)
-    losses, fresh = [], []
-    last_unit = engine.layout.units[-1]
+    losses, fresh, logs, first_fresh = [], [], [], []
+    last_unit, first_unit = engine.layout.units[-1], engine.layout.units[0]
+    want_first: list[torch.Tensor] = []
+
+    def check_first(module: torch.nn.Module, args: tuple) -> None:
+        held = [s.module._parameters[s.attr].detach() for s in first_unit.slots]
+        first_fresh.append(all(torch.equal(h, w) for h, w in zip(held, want_first, strict=True)))
+
+    units_of(model)[0].register_forward_pre_hook(check_first)
     for step in range(STEPS):
+        engine.schedule_log.clear()
+        full = engine.full_state_dict()
+        want_first[:] = [full[s.name].to(torch.bfloat16) for s in first_unit.slots]
         loss = loss_of(engine, batch(vocab, step, rank))
         # Weights in the buffers now must be bf16(master) of this step.
         full = engine.full_state_dict()
@@ -180,7 +197,14 @@ def train_lowp(name: str, rank: int, reduce_dtype: torch.dtype) -> dict:
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
-    return {"losses": losses, "final": engine.full_state_dict(), "gathered_fresh": fresh}
+        logs.append(list(engine.schedule_log))
+    return {
+        "losses": losses,
+        "final": engine.full_state_dict(),
+        "gathered_fresh": fresh,
+        "first_unit_fresh": first_fresh,
+        "logs": logs,
+    }
 
 
 def train_accum(name: str, rank: int, micro: int) -> dict:
@@ -193,7 +217,8 @@ def train_accum(name: str, rank: int, micro: int) -> dict:
         engine.schedule_log.clear()
         loss_of(engine, tokens[m * (BATCH // micro) : (m + 1) * (BATCH // micro)]).backward()
         logs.append(list(engine.collective_log))
-    return {"grads": engine.full_grad_dict(), "logs": logs}
+    grads = engine.full_grad_dict()
+    return {"grads": grads, "logs": logs, "norm": engine.clip_grad_norm_(MAX_NORM).item()}
 
 
 def train_ckpt(name: str, rank: int, n: int) -> dict:
@@ -201,6 +226,38 @@ def train_ckpt(name: str, rank: int, n: int) -> dict:
     engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, ckpt_units=n)
     loss_of(engine, batch(vocab_of(model), 0, rank)).backward()
     return {"grads": engine.full_grad_dict(), "log": list(engine.collective_log)}
+
+
+def train_ends_shared(name: str, rank: int) -> dict:
+    """The `ends_shared` buffer plan: 3 steps with clipping, then 4 accumulated micro-batches."""
+    model = build(name)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan="ends_shared")
+    opt = optimizer(engine)
+    vocab = vocab_of(model)
+    out: dict = {"losses": [], "norms": [], "logs": [], "plan": engine.buffer_plan}
+    out["padded"] = [u.padded_numel for u in engine.layout.units]
+    for step in range(STEPS):
+        engine.schedule_log.clear()
+        loss = loss_of(engine, batch(vocab, step, rank))
+        loss.backward()
+        if step == 0:
+            out["grads1"] = engine.full_grad_dict()
+        out["norms"].append(engine.clip_grad_norm_(MAX_NORM).item())
+        opt.step()
+        opt.zero_grad()
+        out["losses"].append(loss.item())
+        out["logs"].append(list(engine.schedule_log))
+    out["final"] = engine.full_state_dict()
+    model = build(name)
+    engine = YaFSDP(
+        model, units_of(model), param_dtype=torch.float32, grad_accum_steps=BATCH,
+        buffer_plan="ends_shared",
+    )  # fmt: skip
+    tokens = batch(vocab, 0, rank)
+    for m in range(BATCH):
+        loss_of(engine, tokens[m : m + 1]).backward()
+    out["accum_grads"] = engine.full_grad_dict()
+    return out
 
 
 def unit_weight_bytes(n_layers: int) -> int:
@@ -217,10 +274,12 @@ def engine_suite(rank: int, world_size: int) -> dict:
     for name in MODELS:
         r, engine, opt = train_fp32(name, rank)
         r["roundtrip"] = roundtrip(engine, opt, name, rank)
-        r["bf16"] = train_lowp(name, rank, torch.float32)
-        r["bf16_reduce"] = train_lowp(name, rank, torch.bfloat16)
+        r["bf16"] = train_bf16(name, rank, torch.float32)
+        r["bf16_reduce"] = train_bf16(name, rank, torch.bfloat16)
+        r["bf16_prefetch"] = train_bf16(name, rank, torch.float32, prefetch=True)
         r["accum"] = train_accum(name, rank, BATCH)
         r["ckpt"] = train_ckpt(name, rank, 2)
+        r["ends_shared"] = train_ends_shared(name, rank)
         r["n_units"] = len(engine.layout.units)
         out[name] = r
     return out

@@ -60,6 +60,43 @@ def test_llama2_70b_on_256_ranks_bytes_by_class(fake_world: int) -> None:
     assert got["weights"] < 3 * (shape.layer_params() * bf16)
 
 
+@pytest.mark.parametrize("fake_world", [64], indirect=True)
+def test_llama3_8b_on_64_ranks_buffer_plan_is_layer_sized(fake_world: int) -> None:
+    """The embedding and output (each 2.4 layers) share one buffer; the layers alternate
+    two layer-sized ones and the staging is layer-sized: the engine holds exactly that
+    arithmetic, less than two largest-unit buffers would."""
+    p = fake_world
+    shape = get_shape("llama3_8b")
+    model = build_model(shape, device="meta")
+    engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output], device="meta")
+    d, v = shape.dim, shape.vocab_size
+    units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
+    padded = [_padded(n, p) for n in units]
+    ends, layer = max(padded[0], padded[-1]), max(padded[1:-1])
+    assert ends > 2 * layer
+    res = _padded(shape.n_layers * 2 * d + d, p)
+    shards = sum(padded) // p + res // p
+    bf16, fp32 = 2, 4
+
+    def held(buffers: int, staging: int) -> dict[str, int]:
+        return {
+            "weights": (buffers + res) * bf16,
+            "grads": (buffers + res) * bf16,
+            "master": shards * fp32 * 2,
+            "staging": (staging + res) * fp32 + (staging // p + res // p) * fp32 + shards * bf16,
+        }
+
+    layer_sized = held(ends + 2 * layer, layer)
+    got = engine.memory_report()
+    assert engine.buffer_plan.name == "ends_shared"
+    assert engine.buffer_plan.buffer_of == (0, *[1, 2] * (shape.n_layers // 2), 0)
+    assert got == layer_sized
+    largest_unit = held(2 * ends, ends)
+    saved = sum(largest_unit.values()) - sum(got.values())
+    print(f"llama3_8b on {p} ranks: ends_shared saves {saved / 2**30:.2f} GiB per rank")
+    assert saved > 0
+
+
 def test_tied_weights_are_refused(fake_world: int) -> None:
     model = GPT()
     model.head.weight = model.wte.weight
