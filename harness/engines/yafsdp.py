@@ -9,7 +9,7 @@
 | gradient division | summed, divided once by P x accumulation at the end, so the loss is not pre-scaled | the engine's design |
 | clipping | the engine's `clip_grad_norm_`: shard norms summed during backward, then one scalar all-reduce and one scale | the engine's API |
 | buffer plan | the engine's `min_bytes` choice: two largest-unit buffers, or embedding and output sharing one and the layers alternating two layer-sized ones | the engine's API |
-| step start | `prefetch_next_step` after the optimizer step: the resident and first two units' gathers start then, not at the next forward | the engine's API |
+| step start | gathers start at the next forward; the engine's `prefetch_next_step` is not used: its gathers would still be in flight when the step's clock stops, and on CPU no device synchronisation waits for them, so part of the step's work would escape its time | this project's fairness rule (the timed step is the same work for every engine) |
 | optimizer | the harness's AdamW (`adamw_impl`, fused by default) as one call over the flat fp32 master shards, one per unit plus the resident one | the engine's design |
 """
 
@@ -44,7 +44,6 @@ class YaFSDPEngine:
             module=engine.module,
             params=engine.parameters(),
             clip_grad_norm_=engine.clip_grad_norm_,
-            after_step=engine.prefetch_next_step,
             memory_breakdown=engine.memory_report,
             settings={
                 "units": [canonical_module_name(n) for n in unit_names],
@@ -54,7 +53,7 @@ class YaFSDPEngine:
                 "gradient_sync": "every micro-batch",
                 "clip": "YaFSDP.clip_grad_norm_ (norms summed in backward, one all-reduce)",
                 "buffer_plan": engine.buffer_plan.describe(),
-                "prefetch": "next step's resident, unit 0 and unit 1 gathers after optimizer step",
+                "prefetch": "none after the optimizer step (gathers start at the next forward)",
                 "optimizer_params": f"{len(engine.parameters())} flat fp32 master shards",
             },
         )
