@@ -211,14 +211,15 @@ class Console:
         counts = Counter(seen or statuses or [])
         by_status = ", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none finished"
         n = sum(counts.values())
+        jobs = f"{n} job" if n == 1 else f"{n} jobs"
         dry_run = any(r["config"].get("dry_run") for _, r, _ in self.finished)
         what = "dry run" if dry_run else "sweep"
         took = clock(time.monotonic() - self.started)
         if interrupted:
-            of = f" of {self.total}" if self.total else ""
-            head = f"{what} interrupted ({interrupted}) after {n}{of} jobs in {took}: {by_status}"
+            done = f"{n} of {self.total} jobs" if self.total else jobs
+            head = f"{what} interrupted ({interrupted}) after {done} in {took}: {by_status}"
         else:
-            head = f"{what} done: {n} jobs in {took}: {by_status}"
+            head = f"{what} done: {jobs} in {took}: {by_status}"
         lines = [head]
         for label, result, job_dir in self.finished:
             if result["status"] not in ("ok", "interrupted"):

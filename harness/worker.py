@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from dataclasses import asdict
@@ -53,7 +54,9 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> dict[str, Any] | None:
         write_rank_outcome(job_dir, rank, error=None)
         return result
     except BaseException as e:
-        write_rank_outcome(job_dir, rank, error=e, trace=traceback.format_exc())
+        trace = traceback.format_exc()
+        write_rank_outcome(job_dir, rank, error=e, trace=trace)
+        print(trace, file=sys.stderr, flush=True)  # the rank's log, which the console names
         raise
     finally:
         if dist.is_initialized():
