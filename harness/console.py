@@ -208,7 +208,8 @@ class Console:
         """
         self._clear_live()
         seen = [r["status"] for _, r, _ in self.finished]
-        counts = Counter(seen or statuses or [])
+        # On an interrupt the files also hold the job cut short, which did not finish.
+        counts = Counter(seen or (statuses if not interrupted else None) or [])
         by_status = ", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none finished"
         n = sum(counts.values())
         jobs = f"{n} job" if n == 1 else f"{n} jobs"
