@@ -179,7 +179,9 @@ class Console:
             t = (result.get("metrics") or {}).get("iteration_time_s")
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
             return text if ran else f"{text}  earlier result kept"
-        text = f"{status}: {first_line(result.get('error'))}"
+        error = result.get("error") or ""
+        # A sweep's line holds one line of it; a single job, with no summary, says it all.
+        text = f"{status}: {first_line(error) if self.total is not None else error}"
         log = failed_rank_log(job_dir, result.get("error"))
         return text + (f"  (log: {short_path(log)})" if log else "")
 
