@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# One line per job and a summary (rank output is in each job's ranks/rank<r>.log).
 demo: install
-	$(PY) -m harness -m experiment=cpu_demo hydra.sweep.dir=$(DEMO_SWEEP)
-	$(PY) -m harness.report $(DEMO_SWEEP) -o $(DEMO_REPORT)
-	@echo "Report: $(DEMO_REPORT)/report.md"
+	@$(PY) -m harness -m experiment=cpu_demo hydra.sweep.dir=$(DEMO_SWEEP)
+	@$(PY) -m harness.report $(DEMO_SWEEP) -o $(DEMO_REPORT)
 
 test: install
 	$(PY) -m pytest -q

@@ -1,7 +1,8 @@
-"""Hydra callbacks: one runner per sweep directory, and the sweep's results when it ends."""
+"""Hydra callbacks: one runner per sweep directory, its console, and its results at the end."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from harness.console import Console
 from harness.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
 from harness.result import Result
 
@@ -22,23 +24,32 @@ class ActiveSweep:
     dry_run: bool
     existed: bool  # the sweep directory was there before this run
     lock: DirLock | None
+    console: Console
+    swept: frozenset[str] = frozenset()  # fields with more than one value in this sweep
     results: list[Result] = field(default_factory=list)  # one per job, in order
 
-    def finish(self) -> Path | None:
-        """Write results.csv and the timelines (not for a dry run); release the lock."""
+    def finish(self, *, interrupted: str | None = None) -> Path | None:
+        """Write results.csv and the timelines (not for a dry run), print the summary and
+        release the lock."""
         try:
             if self.dry_run:
                 self._remove_dry_run_traces()
+                self.console.summary(sweep_dir=self.sweep_dir, results_csv=None)
                 return None
             from harness.results import collect_results, write_results_csv
             from harness.trace.timeline import draw_sweep_timelines
 
             df = collect_results(self.sweep_dir)
             path = write_results_csv(self.sweep_dir, df)
-            print(f"[harness] sweep results: {path}")
             pictures = draw_sweep_timelines(self.sweep_dir, df)
-            if pictures:
-                print(f"[harness] timelines: {len(pictures)} in {self.sweep_dir / 'timelines'}")
+            statuses = list(df["status"]) if "status" in df else []
+            self.console.summary(
+                sweep_dir=self.sweep_dir,
+                results_csv=path,
+                timelines=len(pictures),
+                statuses=statuses,  # jobs that ran elsewhere (SLURM) are only on disk
+                interrupted=interrupted,
+            )
             return path
         finally:
             if self.lock is not None:
@@ -59,6 +70,27 @@ _active: ActiveSweep | None = None
 
 def active_sweep() -> ActiveSweep | None:
     return _active
+
+
+def sweep_plan(config: DictConfig) -> tuple[int | None, frozenset[str]]:
+    """(number of jobs, fields swept over more than one value), as Hydra's basic sweeper
+    expands `hydra.sweeper.params` and the command line; (None, empty) if it cannot tell."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        params = config.hydra.sweeper.get("params") or {}
+        arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+        overrides = OverridesParser.create().parse_overrides(arguments)
+        jobs = BasicSweeper.split_arguments(overrides, None)[0]
+    except Exception:  # another sweeper, or a sweep syntax the basic one lacks
+        return None, frozenset()
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            values.setdefault(key.lstrip("+~"), set()).add(value)
+    return len(jobs), frozenset(k for k, v in values.items() if len(v) > 1)
 
 
 class AggregateResults(Callback):
@@ -82,7 +114,12 @@ class AggregateResults(Callback):
                     f"{describe_holder(lock.taken_over)}, which ended without releasing it",
                     file=sys.stderr,
                 )
-        _active = ActiveSweep(sweep_dir, dry_run, existed, lock)
+        verbose = bool(config.get("verbose", False))
+        if not verbose:  # Hydra's "Launching N jobs" and "#i : overrides" lines
+            logging.getLogger("hydra").setLevel(logging.WARNING)
+        total, swept = sweep_plan(config)
+        console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
+        _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _active

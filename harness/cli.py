@@ -3,8 +3,10 @@
 python -m harness model=llama_tiny engine=fsdp2 gpus=2 seq_len=128 ckpt_layers=1
 python -m harness -m experiment=cpu_demo
 
-Ctrl-C or SIGTERM ends the running job's ranks, marks that job `interrupted`, writes the
-sweep's results.csv for what finished and exits 130; the same command resumes.
+The console shows one line per finished job and a summary at the end (harness.console);
+what the ranks print goes to `<job dir>/ranks/rank<r>.log`. Ctrl-C or SIGTERM ends the
+running job's ranks, marks that job `interrupted`, writes the sweep's results.csv for what
+finished and exits 130; the same command resumes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import callbacks
 from harness.config import JobConfig
+from harness.console import Console, job_label, short_path, swept_extras
 from harness.dirlock import DirectoryLocked, acquire
-from harness.job import Interrupted, JobOutcome, in_distributed_env, run_in_existing_env, run_job
+from harness.job import Interrupted, in_distributed_env, run_in_existing_env, run_job
 from harness.result import Result
 from harness.slurm import register_plugin
 from harness.validate import unknown_field_errors
@@ -57,14 +61,26 @@ def run(cfg: DictConfig) -> Result | None:
         except DirectoryLocked as e:
             print(f"[harness] refused: {e}", file=sys.stderr)
             sys.exit(EXIT_LOCKED)
-    label = _job_label(job_cfg, hydra_cfg.overrides.task)
-    outcome = run_job(
-        job_cfg, job_dir, refusals=refusals, say=lambda text: print(f"[harness] {label}: {text}")
-    )
-    print(f"[harness] {label}: {_outcome_text(outcome)}")
     sweep = callbacks.active_sweep()
     if sweep is not None:
+        console = sweep.console
+        label = job_label(asdict(job_cfg), swept_extras(hydra_cfg.overrides.task, sweep.swept))
+    else:
+        console = Console(total=None, quiet=job_cfg.quiet, verbose=job_cfg.verbose)
+        label = job_label(asdict(job_cfg))
+    console.job_started(job_dir)
+    outcome = run_job(
+        job_cfg,
+        job_dir,
+        refusals=refusals,
+        on_poll=lambda: console.poll(label),
+        say=console.say,
+    )
+    console.job_finished(label, outcome.result.to_dict(), job_dir, ran=outcome.ran)
+    if sweep is not None:
         sweep.results.append(outcome.result)
+    elif not job_cfg.dry_run and not job_cfg.quiet:
+        print(f"result: {short_path(job_dir / 'result.json')}")
     if job_cfg.dry_run:
         _remove_if_empty(job_dir)
     status = outcome.result.status
@@ -72,33 +88,6 @@ def run(cfg: DictConfig) -> Result | None:
     if single and status != "ok":
         sys.exit(EXIT_INVALID if status == "invalid" else EXIT_FAILED)
     return outcome.result
-
-
-def _job_label(cfg: JobConfig, overrides: Any) -> str:
-    """The job's grid coordinates, plus any other field set on the command line."""
-    shown = {"model", "engine", "gpus", "seq_len", "ckpt_layers", "dry_run", "hydra.sweep.dir"}
-    extra = [o for o in overrides if o.split("=")[0].lstrip("+~") not in shown]
-    point = f"model={cfg.model} engine={cfg.engine.label} gpus={cfg.gpus} seq_len={cfg.seq_len}"
-    return " ".join([point, f"ckpt_layers={cfg.ckpt_layers}", *extra])
-
-
-def _outcome_text(outcome: JobOutcome) -> str:
-    result = outcome.result
-    status = result.status
-    if result.config.get("dry_run"):
-        verdict = "ok" if status == "ok" else f"invalid: {result.error}"
-        return f"dry run -> {outcome.job_dir} [{verdict}]"
-    if status != "ok":
-        return f"{status}: {result.error}"
-    m = result.metrics
-    where = outcome.job_dir / "result.json"
-    if not outcome.ran:
-        return f"skipped, an earlier ok result stands ({m.iteration_time_s:.4f} s/step) -> {where}"
-    return (
-        f"ok: iteration {m.iteration_time_s:.4f} s (p10 {m.iteration_time_p10_s:.4f}, "
-        f"p90 {m.iteration_time_p90_s:.4f}), {m.tokens_per_s_per_device:.0f} "
-        f"tokens/s/device, final loss {m.losses[-1]:.4f} -> {where}"
-    )
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -121,11 +110,9 @@ def _after_interrupt(signal_name: str) -> None:
     if sweep is None or sweep.dry_run:
         print(f"[harness] interrupted ({signal_name}); rerun with: {command}", file=sys.stderr)
         return
-    path = sweep.finish()
-    done = sum(r.status != "interrupted" for r in sweep.results)
+    sweep.finish(interrupted=signal_name)
     print(
-        f"[harness] interrupted ({signal_name}) after {done} finished job(s); results in "
-        f"{path}; resume with the same command: {command}",
+        f"[harness] interrupted ({signal_name}); resume with the same command: {command}",
         file=sys.stderr,
     )
 

@@ -73,6 +73,8 @@ class JobConfig:
     memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    quiet: bool = False  # console: only the end-of-sweep summary
+    verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
     dry_run: bool = False  # validate and print the job, start nothing
 
 

@@ -5,7 +5,10 @@ limit, or one whose runner is interrupted, can be ended whole; the child
 (`python -m harness.launch <job_dir>`) runs elastic launch with a c10d rendezvous on a free
 local port and `max_restarts=0`.
 
-How ranks ended that died without recording an outcome is kept in `ranks/exits.json`.
+Nothing the job prints reaches the console: the elastic agent writes to
+`ranks/launcher.log` (its tracebacks on an interrupt included), and each rank points its
+file descriptors 1 and 2 at `ranks/rank<r>.log`, so C++ output such as Kineto's lands
+there too. How ranks ended that died without recording an outcome is kept in `ranks/exits.json`.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
-from harness.rank_outcome import EXITS_FILE
+from harness.rank_outcome import EXITS_FILE, rank_log
 
 JOB_CONFIG_FILE = "job_config.json"
+LAUNCHER_LOG = "launcher.log"
 POLL_S = 0.25
 TIMEOUT_GRACE_S = 10.0  # a job over its limit: time for the ranks to end themselves
 INTERRUPT_GRACE_S = 3.0  # a person pressed Ctrl-C: end everything within seconds
@@ -54,12 +58,15 @@ def launch_local(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHELASTIC_"))}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.launch", str(job_dir)],
-        start_new_session=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+    with open(ranks_dir / LAUNCHER_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.launch", str(job_dir)],
+            start_new_session=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + cfg.job_timeout_s
     try:
         while True:
@@ -116,7 +123,20 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def redirect_output(path: Path) -> None:
+    """Point this process's fds 1 and 2 at `path`: Python, C++ and child output alike."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a crash loses no line
+
+
 def _rank_entry(cfg_dict: dict, job_dir: str) -> None:
+    redirect_output(rank_log(Path(job_dir), int(os.environ["RANK"])))
     from harness.worker import run_rank
 
     run_rank(config_from_dict(cfg_dict), Path(job_dir))

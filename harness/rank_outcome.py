@@ -26,6 +26,11 @@ _SECONDARY_MARKERS = (
 )
 
 
+def rank_log(job_dir: Path, rank: int) -> Path:
+    """Where a locally launched rank's stdout and stderr go (C++ and Kineto output too)."""
+    return Path(job_dir) / "ranks" / f"rank{rank}.log"
+
+
 def classify(error: BaseException) -> str:
     """Map an exception to a result status: oom, timeout or failed."""
     import torch

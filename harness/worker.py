@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from dataclasses import asdict
@@ -23,6 +24,7 @@ from harness.faults import maybe_inject
 from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
+from harness.phase import report_phase
 from harness.rank_outcome import write_rank_outcome
 from harness.result import Result, make_result, write_result
 from harness.rss import peak_rss_bytes, reset_peak_rss
@@ -52,7 +54,9 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:
         write_rank_outcome(job_dir, rank, error=None)
         return result
     except BaseException as e:
-        write_rank_outcome(job_dir, rank, error=e, trace=traceback.format_exc())
+        trace = traceback.format_exc()
+        write_rank_outcome(job_dir, rank, error=e, trace=trace)
+        print(trace, file=sys.stderr, flush=True)  # the rank's log, which the console names
         raise
     finally:
         if dist.is_initialized():
@@ -107,6 +111,7 @@ def train(
     build_peaks: tuple[int, int] | None = None
 
     def build() -> None:
+        report_phase(job_dir, rank, "build")
         model = build_model(shape, device="meta")
         # Checkpoint the block, then shard it: one place, the same for every engine.
         checkpoint_first_layers(model.layers, cfg.ckpt_layers)
@@ -141,21 +146,25 @@ def train(
             grad_norms.append(grad_norm.detach().to(torch.float64).reshape(()))
         check_limit(cfg.memory_limit_gb, device)
 
+    def warm_up(step: int) -> None:
+        report_phase(job_dir, rank, f"warm-up {step + 1}/{cfg.warmup_steps}")
+        run_step(step)
+
     # The allocator's peak on CPU is only knowable from the profiler's allocation events,
     # so the build and the untimed warm-up steps run under memory tracking there.
     memory_steps = min(cfg.warmup_steps, 2)
     if device.type == "cpu":
         _, peak_allocated = cpu_peak_allocated(
-            lambda: [build()] + [run_step(s) for s in range(memory_steps)]
+            lambda: [build()] + [warm_up(s) for s in range(memory_steps)]
         )
     else:
         build()
         build_peaks = restart_cuda_peaks(device)
         for s in range(memory_steps):
-            run_step(s)
+            warm_up(s)
         peak_allocated = None
     for s in range(memory_steps, cfg.warmup_steps):
-        run_step(s)
+        warm_up(s)
     if device.type == "cuda":  # the timed steps' peaks: not the build's, not warm-up's
         restart_cuda_peaks(device)
 
@@ -163,7 +172,8 @@ def train(
     # allocation event, hundreds of MiB for an engine that allocates per collective.
     rss_scope = "timed steps" if reset_peak_rss() else "process lifetime"
     step_times: list[float] = []
-    for s in range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps):
+    for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
+        report_phase(job_dir, rank, f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
         _synchronize(device)
         start = time.perf_counter()
         run_step(s)
@@ -277,6 +287,7 @@ def _capture_profile(cfg, job_dir, rank, world_size, device, run_step) -> dict[s
         from harness.profiling import capture_profile, trace_path
     except ImportError:
         return None
+    report_phase(job_dir, rank, "profile")
     next_step = cfg.warmup_steps + cfg.steps
     counter = iter(range(next_step, next_step + cfg.profile.warmup + cfg.profile.steps))
 

@@ -48,8 +48,11 @@ def test_sweep_writes_rows_and_resume_skips_finished_jobs(tmp_path: Path) -> Non
     victim = results[0]
     victim.write_text('{"schema_version": 1, "status": "o')
     proc = multirun(*TINY, *grid, sweep_dir=tmp_path)
-    assert proc.stdout.count("skipped, an earlier ok result stands") == 3
-    assert proc.stdout.count("ok: iteration") == 1, "a skipped job must not read as run"
+    job_lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert sum("s/step  earlier result kept" in line for line in job_lines) == 3
+    assert sum(" ok  " in line and "earlier" not in line for line in job_lines) == 1, (
+        "a skipped job must not read as run"
+    )
     assert "rerunning: stored result is unusable" in proc.stdout
     for path in results:
         if path == victim:
@@ -81,23 +84,19 @@ def test_failing_jobs_become_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert errors["kill"] == "rank 1 was killed (SIGKILL)"
     table = rows(tmp_path)
     assert sorted(r["status"] for r in table) == ["failed", "failed", "invalid", "oom", "timeout"]
-    assert "sweep results" in proc.stdout
+    assert f"results:   {tmp_path / 'results.csv'}" in proc.stdout
 
 
 def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=sweep)
-    jobs = [line for line in proc.stdout.splitlines() if ": dry run -> " in line]
+    jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]
     assert len(jobs) == 16 * 3
     assert all(line.endswith("[ok]") for line in jobs)
-    points = {line.split(" engine=")[0] + line.split("gpus=")[1].split(" ->")[0] for line in jobs}
+    assert jobs[0].startswith("[ 1/48] ") and jobs[-1].startswith("[48/48] ")
+    points = {line.split("] ")[1].rsplit(" ", 1)[0] for line in (j.split("  ")[0] for j in jobs)}
     assert len(points) == 16
-    assert (
-        sum(
-            "model=llama2_70b engine=yafsdp gpus=256 seq_len=4096 ckpt_layers=50" in line
-            for line in jobs
-        )
-        == 1
-    )
+    published = "] llama2_70b gpus=256 seq=4096 ckpt=50 yafsdp  dry run"
+    assert sum(published in line for line in jobs) == 1
     assert not sweep.exists(), "a dry run must leave nothing behind"
     assert "never finished" not in proc.stdout + proc.stderr

@@ -1,0 +1,239 @@
+"""What a person sees while jobs run: one line per finished job, progress and ETA.
+
+    [ 7/32] llama_mini gpus=2 seq=256 ckpt=1 fsdp1  ok  0.183 s/step  (elapsed 1:12, ETA 4:05)
+
+On a terminal the running job also has a live line (its phase: build, warm-up, timed steps
+k/N, profile) that the next line replaces; elsewhere (SLURM output, CI logs) only plain
+lines are written. `quiet` keeps only the end-of-sweep summary; `verbose` streams rank 0's
+log as it grows. No progress library: the display is one rewritten line and a counter,
+which tqdm and rich would draw as a bar we do not want, and their plain-file fallbacks
+would need this same code to stay one line per job.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.phase import read_phase
+from harness.rank_outcome import rank_log
+
+# Fields the label names itself; other swept fields are appended as `key=value`.
+LABEL_KEYS = frozenset({"model", "engine", "gpus", "seq_len", "ckpt_layers", "point"})
+
+
+def clock(seconds: float) -> str:
+    """1:05, or 1:02:05 past an hour."""
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def job_label(config: dict[str, Any], extra: Iterable[str] = ()) -> str:
+    """`llama_mini gpus=2 seq=256 ckpt=1 fsdp1`, plus `extra` (`key=value` overrides)."""
+    engine = config["engine"]["label"] if isinstance(config["engine"], dict) else config["engine"]
+    point = (
+        f"{config['model']} gpus={config['gpus']} seq={config['seq_len']} "
+        f"ckpt={config['ckpt_layers']} {engine}"
+    )
+    return " ".join([point, *extra])
+
+
+def swept_extras(overrides: Iterable[str], swept: Iterable[str]) -> list[str]:
+    """This job's values of the swept fields the label does not already name."""
+    keys = set(swept) - LABEL_KEYS
+    return [o for o in overrides if o.split("=")[0].lstrip("+~") in keys]
+
+
+def failed_rank_log(job_dir: Path, error: str | None) -> Path | None:
+    """The log of the rank the error names first (the root cause names it), if it exists."""
+    m = re.search(r"\brank (\d+)", error or "")
+    if m is None:
+        return None
+    path = rank_log(job_dir, int(m.group(1)))
+    return path if path.exists() else None
+
+
+def first_line(text: str | None, limit: int = 160) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def short_path(path: Path) -> str:
+    """Relative to the working directory when below it: console lines stay short."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+class Console:
+    """Progress of one sweep (total known) or one job (total None) on `stream`."""
+
+    def __init__(
+        self,
+        *,
+        total: int | None,
+        quiet: bool = False,
+        verbose: bool = False,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.stream = stream or sys.stdout
+        self.total = total
+        self.quiet = quiet
+        self.verbose = verbose
+        self.tty = self.stream.isatty()
+        self.started = time.monotonic()
+        self.finished: list[tuple[str, dict[str, Any], Path]] = []  # label, result, job dir
+        self.run_seconds: list[float] = []  # jobs that ran (not reused), for the ETA
+        self._live = False
+        self._job_dir: Path | None = None
+        self._job_started = self.started
+        self._tail_at = 0
+
+    # --- plain output -------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        self._clear_live()
+        print(text, file=self.stream, flush=True)
+
+    def say(self, text: str) -> None:
+        """A remark about the job about to run (a rerun's reason); not when quiet."""
+        if not self.quiet:
+            self._write(f"        {text}")
+
+    def _clear_live(self) -> None:
+        if self._live:
+            self.stream.write("\r\x1b[K")
+            self._live = False
+
+    def _counter(self) -> str:
+        n = len(self.finished) + 1
+        if self.total is None:
+            return ""
+        width = len(str(self.total))
+        return f"[{n:>{width}}/{self.total}] "
+
+    # --- one job ------------------------------------------------------------------------
+
+    def job_started(self, job_dir: Path) -> None:
+        self._job_dir = Path(job_dir)
+        self._job_started = time.monotonic()
+        self._tail_at = 0
+
+    def poll(self, label: str) -> None:
+        """Called while the ranks run: the live line, and rank 0's new output if verbose."""
+        if self.quiet or self._job_dir is None:
+            return
+        if self.verbose:
+            self._tail(rank_log(self._job_dir, 0))
+        if not self.tty:
+            return
+        phase = read_phase(self._job_dir) or "starting ranks"
+        running = clock(time.monotonic() - self._job_started)
+        text = f"{self._counter()}{label}  {phase}  ({running})"
+        width = shutil.get_terminal_size((120, 24)).columns - 1
+        self.stream.write("\r\x1b[K" + text[:width])
+        self.stream.flush()
+        self._live = True
+
+    def _tail(self, path: Path) -> None:
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._tail_at)
+                chunk = f.read()
+        except OSError:
+            return
+        if chunk:
+            self._tail_at += len(chunk)
+            self._clear_live()
+            self.stream.write(chunk.decode(errors="replace"))
+            self.stream.flush()
+
+    def job_finished(self, label: str, result: dict[str, Any], job_dir: Path, *, ran: bool) -> None:
+        if ran:
+            if self.verbose and not self.quiet:
+                self._tail(rank_log(job_dir, 0))
+            self.run_seconds.append(time.monotonic() - self._job_started)
+        line = f"{self._counter()}{label}  {self._verdict(result, job_dir, ran=ran)}"
+        dry_run = bool(result["config"].get("dry_run"))
+        self.finished.append((label, result, job_dir))
+        if not self.quiet:
+            self._write(line if dry_run else f"{line}  ({self._timing()})")
+        self._job_dir = None
+
+    def _verdict(self, result: dict[str, Any], job_dir: Path, *, ran: bool) -> str:
+        status = result["status"]
+        if result["config"].get("dry_run"):
+            verdict = "ok" if status == "ok" else f"invalid: {result['error']}"
+            return f"dry run -> {job_dir} [{verdict}]"
+        if status == "ok":
+            t = (result.get("metrics") or {}).get("iteration_time_s")
+            text = f"ok  {t:.3g} s/step" if t is not None else "ok"
+            return text if ran else f"{text}  earlier result kept"
+        error = result.get("error") or ""
+        # A sweep's line holds one line of it; a single job, with no summary, says it all.
+        text = f"{status}: {first_line(error) if self.total is not None else error}"
+        log = failed_rank_log(job_dir, result.get("error"))
+        return text + (f"  (log: {short_path(log)})" if log else "")
+
+    def _timing(self) -> str:
+        text = f"elapsed {clock(time.monotonic() - self.started)}"
+        left = (self.total or 0) - len(self.finished)
+        if left > 0 and self.run_seconds:
+            per_job = sum(self.run_seconds) / len(self.run_seconds)
+            text += f", ETA {clock(left * per_job)}"
+        return text
+
+    # --- the end ------------------------------------------------------------------------
+
+    def summary(
+        self,
+        *,
+        sweep_dir: Path,
+        results_csv: Path | None,
+        timelines: int = 0,
+        statuses: list[str] | None = None,
+        interrupted: str | None = None,
+    ) -> None:
+        """Printed quiet or not: jobs by status, failures, where the results are, what next.
+
+        `statuses` stands in for the jobs this console saw when they ran elsewhere (SLURM).
+        """
+        self._clear_live()
+        seen = [r["status"] for _, r, _ in self.finished]
+        # On an interrupt the files also hold the job cut short, which did not finish.
+        counts = Counter(seen or (statuses if not interrupted else None) or [])
+        by_status = ", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none finished"
+        n = sum(counts.values())
+        jobs = f"{n} job" if n == 1 else f"{n} jobs"
+        dry_run = any(r["config"].get("dry_run") for _, r, _ in self.finished)
+        what = "dry run" if dry_run else "sweep"
+        took = clock(time.monotonic() - self.started)
+        if interrupted:
+            done = f"{n} of {self.total} jobs" if self.total else jobs
+            head = f"{what} interrupted ({interrupted}) after {done} in {took}: {by_status}"
+        else:
+            head = f"{what} done: {jobs} in {took}: {by_status}"
+        lines = [head]
+        for label, result, job_dir in self.finished:
+            if result["status"] not in ("ok", "interrupted"):
+                cause = first_line(result.get("error"), limit=120)
+                log = failed_rank_log(job_dir, result.get("error"))
+                where = f"  (log: {short_path(log)})" if log else ""
+                lines.append(f"  {result['status']:<8} {label}: {cause}{where}")
+        if results_csv is not None:
+            lines.append(f"results:   {short_path(results_csv)}")
+            if timelines:
+                lines.append(f"timelines: {timelines} in {short_path(sweep_dir / 'timelines')}")
+            lines.append(f"report:    python -m harness.report {short_path(sweep_dir)}")
+        for line in lines:
+            print(line, file=self.stream, flush=True)

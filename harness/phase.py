@@ -1,0 +1,32 @@
+"""The running job's phase (build, warm-up, timed steps k/N, profile), for the live line.
+
+Rank 0 writes it to `<job dir>/ranks/phase`; the runner reads it while it waits. Best
+effort: a phase that cannot be written or read leaves the live line as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PHASE_FILE = "phase"
+
+
+def report_phase(job_dir: Path, rank: int, text: str) -> None:
+    """Rank 0 says what it is doing now; other ranks do the same thing in lockstep."""
+    if rank != 0:
+        return
+    path = Path(job_dir) / "ranks" / PHASE_FILE
+    tmp = path.with_name(f".{PHASE_FILE}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # the reader never sees half a phase
+    except OSError:
+        pass
+
+
+def read_phase(job_dir: Path) -> str | None:
+    try:
+        return (Path(job_dir) / "ranks" / PHASE_FILE).read_text().strip() or None
+    except OSError:
+        return None
