@@ -19,10 +19,16 @@ from harness.train_step import build_optimizer, train_step
 
 
 def interleaved_step_times(
-    rank: int, world_size: int, model: str, seq_len: int, rounds: int, warmup: int
+    rank: int,
+    world_size: int,
+    model: str,
+    seq_len: int,
+    rounds: int,
+    warmup: int,
+    dtype: str = JobConfig.dtype,
 ) -> dict[str, float]:
     """Median step time (slowest rank) per engine over `rounds` rounds of one step each."""
-    job = JobConfig(model=model, seq_len=seq_len)  # the defaults every job runs with
+    job = JobConfig(model=model, seq_len=seq_len, dtype=dtype)  # else a job's defaults
     vocab = build_model(model).shape.vocab_size
     runs = {}
     for label, spec in ENGINES.items():

@@ -1,5 +1,9 @@
-"""yafsdp vs fsdp2 (default and tuned), fsdp1 and unsharded local: llama_small, bf16,
-2 gloo ranks with 1 thread each, same per-rank batch, seq 256 and 1024, in one run.
+"""yafsdp vs fsdp2 (default and tuned), fsdp1 and unsharded local: llama_small, 2 gloo
+ranks with 1 thread each, same per-rank batch, seq 256 and 1024, in one run.
+
+BENCH_DTYPE (default bf16, the published dtype) sets the parameter dtype. On a CPU without
+native bf16 matmuls (AVX2 only, no AVX512-BF16 or AMX) torch's bf16 matmul is far slower
+than fp32 there, compute swamps communication and the run takes hours: use BENCH_DTYPE=fp32.
 
 test_yafsdp_speed_and_memory: each configuration is one `harness` job (its own ranks,
 warm-up, timed steps; the slowest rank's median step time; peak memory from the profiler's
@@ -25,6 +29,7 @@ from harness.job import run_job
 
 SEQ_LENS = (256, 1024)
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
+DTYPE = os.environ.get("BENCH_DTYPE", "bf16")
 
 
 def _job(engine: str, seq_len: int) -> JobConfig:
@@ -33,7 +38,7 @@ def _job(engine: str, seq_len: int) -> JobConfig:
         engine=ENGINES[engine].config(),
         gpus=2,
         seq_len=seq_len,
-        dtype="bf16",
+        dtype=DTYPE,
         warmup_steps=2,
         steps=5,
         threads_per_rank=1,
@@ -100,7 +105,7 @@ def test_interleaved_step_times(benchmark, seq_len: int) -> None:
     from tests.engine.ranks import run_ranks
 
     times = benchmark.pedantic(
-        lambda: run_ranks(interleaved_step_times, 2, "llama_small", seq_len, 5, 2)[0],
+        lambda: run_ranks(interleaved_step_times, 2, "llama_small", seq_len, 5, 2, DTYPE)[0],
         rounds=1,
         iterations=1,
     )
