@@ -61,17 +61,22 @@ def yafsdp_bytes(shape: ModelShape, p: int, *, param_bytes: int = 2) -> dict[str
     d, v = shape.dim, shape.vocab_size
     padded = lambda n: max(p, ceil_div(n, p) * p)  # noqa: E731
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
-    big = max(padded(n) for n in units)
     res = padded(shape.n_layers * 2 * d + d)
     shards = sum(padded(n) for n in units) // p + res // p
     lowp = shards * param_bytes if param_bytes != FP32 else 0  # fp32 gathers read the master
+    # The engine's min-bytes buffer plan: two buffers of the largest unit (staging that
+    # size), or the embedding and output sharing one buffer with the layers alternating two
+    # layer-sized ones (staging layer-sized, larger units reduce-scattered in chunks).
+    big, layer, ends = max(padded(n) for n in units), padded(units[1]), padded(v * d)
+    plans = [(2 * big, big), (ends + 2 * layer, layer)]
+    buffers, staging = min(plans, key=lambda b: 2 * b[0] * param_bytes + (b[1] + b[1] // p) * FP32)
     return {
-        "weights": (2 * big + res) * param_bytes,
-        "grads": (2 * big + res) * param_bytes,
+        "weights": (buffers + res) * param_bytes,
+        "grads": (buffers + res) * param_bytes,
         "master": shards * FP32 * 2,  # fp32 shards and their fp32 gradients
-        # fp32 copies of one gradient buffer and of the resident one, the reduce-scatter
-        # outputs, and the compute-dtype copy of the master shards that the gathers read
-        "staging": (big + res) * FP32 + (big // p + res // p) * FP32 + lowp,
+        # fp32 staging of one gradient buffer (or a chunk) and of the resident one, the
+        # reduce-scatter outputs, and the compute-dtype copy of the master the gathers read
+        "staging": (staging + res) * FP32 + (staging // p + res // p) * FP32 + lowp,
         # memory_report counts every state tensor: the moments and a 4-byte fp32 step
         # counter per master parameter (one per unit and one for the resident unit)
         "optimizer": shards * FP32 * ADAM_MOMENTS + (shape.n_layers + 3) * FP32,

@@ -55,26 +55,26 @@ def poisoned_collectives(sleep_cycles: int) -> Iterator[None]:
 
 
 def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
-    """Before the compute stream writes the low-precision master copy and the staging
-    buffer (both read by collectives), fill them with NaN and sleep: a collective that
-    does not wait for those writes gathers or reduces NaN."""
-    copy_lowp, reduce_scatter = engine._copy_master_to_lowp, engine._reduce_scatter
-    b = engine.buffers
+    """Before the compute stream writes the param-dtype master copy and the staging buffer
+    (both read by collectives), fill them with NaN and sleep: a collective that does not
+    wait for those writes gathers or reduces NaN."""
+    schedule, b = engine.schedule, engine.buffers
+    copy, reduce_scatter = schedule.copy_master_to_param_dtype, schedule._reduce_scatter
 
     def slow_copy() -> None:
-        if b.lowp is not b.master:  # with fp32 weights the gathers read the master itself
-            b.lowp.fill_(float("nan"))
-            b.resident_lowp.fill_(float("nan"))
+        if b.gather_source is not b.master:  # with fp32 weights the gathers read the master
+            b.gather_source.fill_(float("nan"))
+            b.resident_gather_source.fill_(float("nan"))
         torch.cuda._sleep(sleep_cycles)
-        copy_lowp()
+        copy()
 
     def slow_reduce_scatter(i: int) -> None:
-        engine._fold(resident=False)  # the previous reduce-scatter has finished reading
+        schedule._finish_unit_reduce_scatter()  # the previous one has finished reading
         b.staging.fill_(float("nan"))
         torch.cuda._sleep(sleep_cycles)
         reduce_scatter(i)
 
-    engine._copy_master_to_lowp, engine._reduce_scatter = slow_copy, slow_reduce_scatter
+    schedule.copy_master_to_param_dtype, schedule._reduce_scatter = slow_copy, slow_reduce_scatter
 
 
 @contextmanager
