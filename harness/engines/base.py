@@ -34,6 +34,11 @@ class RunContext:
     cfg: EngineConfig
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.bfloat16` -> `bfloat16`, as engine settings name dtypes."""
+    return str(dtype).removeprefix("torch.")
+
+
 def no_breakdown(optimizer: torch.optim.Optimizer) -> None:
     return None
 

@@ -25,7 +25,7 @@ import functools
 import torch
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, canonical_module_name
+from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
 from harness.init import initial_value
 
 
@@ -91,8 +91,8 @@ class FSDP1Engine:
                 "forward_prefetch": True,
                 "limit_all_gathers": True,
                 "sync_module_states": sync_module_states,
-                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
-                "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
+                "param_dtype": dtype_name(ctx.param_dtype),
+                "reduce_dtype": dtype_name(ctx.reduce_dtype),
                 "buffer_dtype": None,
                 "gradient_sync": "every micro-batch",
                 "clip": "FullyShardedDataParallel.clip_grad_norm_",

@@ -21,7 +21,13 @@ from typing import Any
 
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, canonical_module_name, clip_grad_norm
+from harness.engines.base import (
+    RunContext,
+    Wrapped,
+    canonical_module_name,
+    clip_grad_norm,
+    dtype_name,
+)
 from harness.init import init_weights
 
 
@@ -64,8 +70,8 @@ class FSDP2Engine:
             settings={
                 "groups": [g["modules"] for g in groups],
                 "reshard_after_forward": [g["reshard_after_forward"] for g in groups],
-                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
-                "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
+                "param_dtype": dtype_name(ctx.param_dtype),
+                "reduce_dtype": dtype_name(ctx.reduce_dtype),
                 "cast_forward_inputs": False,
                 "async_unshard": ctx.cfg.async_unshard,
                 "explicit_prefetch": ctx.cfg.async_unshard,

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, clip_grad_norm
+from harness.engines.base import RunContext, Wrapped, clip_grad_norm, dtype_name
 from harness.init import init_weights
 
 
@@ -49,7 +49,7 @@ class LocalEngine:
             after_backward=after_backward,
             after_step=after_step,
             settings={
-                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
+                "param_dtype": dtype_name(ctx.param_dtype),
                 "reduce_dtype": "float32",
                 "gradient_sync": "one all-reduce of flat fp32 gradients per step",
                 "clip": "get_total_norm(foreach) + clip_grads_with_norm_ over fp32 masters",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, canonical_module_name
+from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
 from harness.init import initial_value
 from yafsdp_impl import YaFSDP
 
@@ -48,8 +48,8 @@ class YaFSDPEngine:
             settings={
                 "units": [canonical_module_name(n) for n in unit_names],
                 "resident_unit": "norm weights (by type) and parameters outside every unit",
-                "param_dtype": str(ctx.param_dtype).removeprefix("torch."),
-                "reduce_dtype": str(ctx.reduce_dtype).removeprefix("torch."),
+                "param_dtype": dtype_name(ctx.param_dtype),
+                "reduce_dtype": dtype_name(ctx.reduce_dtype),
                 "gradient_sync": "every micro-batch",
                 "clip": "YaFSDP.clip_grad_norm_ (norms summed in backward, one all-reduce)",
                 "buffer_plan": engine.buffer_plan.describe(),
