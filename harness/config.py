@@ -44,7 +44,7 @@ class FaultConfig:
     step: int = 1
 
 
-FAULT_KINDS = ("none", "raise", "hang", "oom", "kill")
+FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
 
 
 @dataclass(kw_only=True)

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.job_dir import JobDir
 from harness.phase import read_phase
-from harness.rank_outcome import rank_log
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
 LABEL_KEYS = frozenset({"model", "engine", "gpus", "seq_len", "ckpt_layers", "point"})
@@ -57,7 +57,7 @@ def failed_rank_log(job_dir: Path, error: str | None) -> Path | None:
     m = re.search(r"\brank (\d+)", error or "")
     if m is None:
         return None
-    path = rank_log(job_dir, int(m.group(1)))
+    path = JobDir(job_dir).rank_log(int(m.group(1)))
     return path if path.exists() else None
 
 
@@ -134,7 +134,7 @@ class Console:
         if self.quiet or self._job_dir is None:
             return
         if self.verbose:
-            self._tail(rank_log(self._job_dir, 0))
+            self._tail(JobDir(self._job_dir).rank_log(0))
         if not self.tty:
             return
         phase = read_phase(self._job_dir) or "starting ranks"
@@ -161,7 +161,7 @@ class Console:
     def job_finished(self, label: str, result: dict[str, Any], job_dir: Path, *, ran: bool) -> None:
         if ran:
             if self.verbose and not self.quiet:
-                self._tail(rank_log(job_dir, 0))
+                self._tail(JobDir(job_dir).rank_log(0))
             self.run_seconds.append(time.monotonic() - self._job_started)
         line = f"{self._counter()}{label}  {self._verdict(result, job_dir, ran=ran)}"
         dry_run = bool(result["config"].get("dry_run"))

@@ -9,15 +9,15 @@ import time
 from harness.config import FaultConfig
 
 
-class InjectedFault(RuntimeError):
-    pass
+class InjectedCrash(RuntimeError):
+    """A rank's deliberate crash (`fault.kind=crash`, `drill=crash`)."""
 
 
 def maybe_inject(fault: FaultConfig, *, rank: int, step: int) -> None:
     if fault.kind == "none" or rank != fault.rank or step != fault.step:
         return
-    if fault.kind == "raise":
-        raise InjectedFault(f"injected fault: rank {rank} raised at step {step}")
+    if fault.kind == "crash":
+        raise InjectedCrash(f"injected crash: rank {rank} crashed at step {step}")
     if fault.kind == "hang":
         while True:  # the collective timeout or the job wall-clock limit must end this
             time.sleep(1.0)

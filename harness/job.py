@@ -9,23 +9,21 @@ when it was measured with the same config (harness.resume); otherwise it is set 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.config import JobConfig
+from harness.job_dir import JobDir
 from harness.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
     root_cause,
     unrecorded_failures,
 )
-from harness.result import RESULT_FILE, Result, finished_ok, make_result, read_result, write_result
+from harness.result import Result, finished_ok, make_result, read_result, write_result
 from harness.resume import rerun_reason
 from harness.validate import validation_errors
-
-PREVIOUS_RESULT_FILE = "result.previous.json"
 
 
 class Interrupted(BaseException):
@@ -79,17 +77,17 @@ def run_job(
         )
     reason = rerun_reason(job_dir, config)
     if reason is None:
-        return JobOutcome(read_result(job_dir / RESULT_FILE), False, job_dir)
+        return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
-        _set_aside(job_dir)
+        JobDir(job_dir).set_aside_result()
     errors = errors or validation_errors(cfg, local_devices=_local_gpus(cfg))
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
     from harness.launch import launch_local
 
-    _clear_previous_attempt(job_dir)
+    JobDir(job_dir).clear_previous_attempt()
     try:
         exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)
     except (KeyboardInterrupt, Interrupted) as e:
@@ -116,7 +114,7 @@ def decide_result(
     outcomes += unrecorded_failures(outcomes, read_rank_exits(job_dir))
     cause = root_cause(outcomes, world_size=cfg.gpus)
     if cause is None and finished_ok(job_dir):
-        return read_result(job_dir / RESULT_FILE)
+        return read_result(JobDir(job_dir).result)
     if timed_out:
         reason = f"job exceeded job_timeout_s={cfg.job_timeout_s:g} and was killed"
         if cause:
@@ -141,18 +139,6 @@ def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Re
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
-
-
-def _set_aside(job_dir: Path) -> None:
-    """An earlier attempt's result must not pass for this attempt's."""
-    path = job_dir / RESULT_FILE
-    if path.exists():
-        os.replace(path, job_dir / PREVIOUS_RESULT_FILE)
-
-
-def _clear_previous_attempt(job_dir: Path) -> None:
-    shutil.rmtree(job_dir / "ranks", ignore_errors=True)
-    shutil.rmtree(job_dir / "traces", ignore_errors=True)
 
 
 def _local_gpus(cfg: JobConfig) -> int | None:

@@ -28,10 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
-from harness.rank_outcome import EXITS_FILE, rank_log
+from harness.job_dir import JobDir
 
-JOB_CONFIG_FILE = "job_config.json"
-LAUNCHER_LOG = "launcher.log"
 POLL_S = 0.25
 TIMEOUT_GRACE_S = 10.0  # a job over its limit: time for the ranks to end themselves
 INTERRUPT_GRACE_S = 3.0  # a person pressed Ctrl-C: end everything within seconds
@@ -52,13 +50,13 @@ def launch_local(
     interrupt (KeyboardInterrupt or any exception) ends the whole process group, then
     propagates.
     """
-    ranks_dir = job_dir / "ranks"
-    ranks_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / JOB_CONFIG_FILE).write_text(json.dumps(asdict(cfg), indent=2))
+    paths = JobDir(job_dir)
+    paths.ranks.mkdir(parents=True, exist_ok=True)
+    paths.job_config.write_text(json.dumps(asdict(cfg), indent=2))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHELASTIC_"))}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    with open(ranks_dir / LAUNCHER_LOG, "ab") as log:
+    with open(paths.launcher_log, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.launch", str(job_dir)],
             start_new_session=True,
@@ -136,7 +134,7 @@ def redirect_output(path: Path) -> None:
 
 
 def _rank_entry(cfg_dict: dict, job_dir: str) -> None:
-    redirect_output(rank_log(Path(job_dir), int(os.environ["RANK"])))
+    redirect_output(JobDir(job_dir).rank_log(int(os.environ["RANK"])))
     from harness.worker import run_rank
 
     run_rank(config_from_dict(cfg_dict), Path(job_dir))
@@ -148,14 +146,14 @@ def _record_exits(job_dir: Path, failures: dict) -> None:
         str(rank): {"exitcode": f.exitcode, "time": float(f.timestamp)}
         for rank, f in failures.items()
     }
-    (job_dir / "ranks" / EXITS_FILE).write_text(json.dumps(exits))
+    JobDir(job_dir).exits.write_text(json.dumps(exits))
 
 
 def _elastic_main(job_dir: Path) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    cfg_dict = json.loads((job_dir / JOB_CONFIG_FILE).read_text())
+    cfg_dict = json.loads(JobDir(job_dir).job_config.read_text())
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

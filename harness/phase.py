@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PHASE_FILE = "phase"
+from harness.job_dir import JobDir
 
 
 def report_phase(job_dir: Path, rank: int, text: str) -> None:
     """Rank 0 says what it is doing now; other ranks do the same thing in lockstep."""
     if rank != 0:
         return
-    path = Path(job_dir) / "ranks" / PHASE_FILE
-    tmp = path.with_name(f".{PHASE_FILE}.tmp")
+    path = JobDir(job_dir).phase
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)  # the reader never sees half a phase
@@ -27,6 +27,6 @@ def report_phase(job_dir: Path, rank: int, text: str) -> None:
 
 def read_phase(job_dir: Path) -> str | None:
     try:
-        return (Path(job_dir) / "ranks" / PHASE_FILE).read_text().strip() or None
+        return JobDir(job_dir).phase.read_text().strip() or None
     except OSError:
         return None

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from harness.trace.summary import TRACES_DIR
+from harness.job_dir import JobDir
 
 _HEAD_BYTES = 1 << 16  # torch writes distributedInfo among the first top-level keys
 
 
 def trace_path(out_dir: Path, rank: int) -> Path:
-    return Path(out_dir) / TRACES_DIR / f"rank{rank}.json.gz"
+    return JobDir(out_dir).trace(rank)
 
 
 def capture_profile(

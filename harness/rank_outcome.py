@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.job_dir import JobDir
 from harness.result import write_json_atomic
-
-EXITS_FILE = "exits.json"  # how ranks that failed first ended (exit code; negative: signal)
 
 # Errors that a rank sees because *another* rank died first: never the root cause.
 _SECONDARY_MARKERS = (
@@ -24,11 +23,6 @@ _SECONDARY_MARKERS = (
     "Broken pipe",
     "NCCL communicator was aborted",
 )
-
-
-def rank_log(job_dir: Path, rank: int) -> Path:
-    """Where a locally launched rank's stdout and stderr go (C++ and Kineto output too)."""
-    return Path(job_dir) / "ranks" / f"rank{rank}.log"
 
 
 def classify(error: BaseException) -> str:
@@ -52,7 +46,7 @@ def write_rank_outcome(
     if error is not None:
         message = _short(f"{type(error).__name__}: {error}")
         payload.update(status=classify(error), error=message, traceback=trace)
-    write_json_atomic(Path(job_dir) / "ranks" / f"rank{rank}.json", payload)
+    write_json_atomic(JobDir(job_dir).rank_outcome(rank), payload)
 
 
 def _short(text: str, limit: int = 1000) -> str:
@@ -61,7 +55,7 @@ def _short(text: str, limit: int = 1000) -> str:
 
 def read_rank_exits(job_dir: Path) -> dict[int, dict[str, Any]]:
     try:
-        raw = json.loads((Path(job_dir) / "ranks" / EXITS_FILE).read_text())
+        raw = json.loads(JobDir(job_dir).exits.read_text())
         return {int(rank): info for rank, info in raw.items()}
     except (OSError, ValueError, AttributeError):
         return {}
@@ -96,7 +90,7 @@ def unrecorded_failures(
 
 def read_rank_outcomes(job_dir: Path) -> list[dict[str, Any]]:
     outcomes = []
-    for path in sorted((Path(job_dir) / "ranks").glob("rank*.json")):
+    for path in sorted(JobDir(job_dir).ranks.glob("rank*.json")):
         try:
             outcomes.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):

@@ -36,10 +36,14 @@ import os
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from harness.job_dir import JobDir
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 SCHEMA_VERSION = 1
-RESULT_FILE = "result.json"
 # `interrupted`: the runner was stopped (Ctrl-C, SIGTERM) while the job ran; resume reruns it.
 STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
@@ -257,7 +261,7 @@ def make_result(
 
 def write_result(job_dir: Path, result: Result) -> Path:
     """The one writer: `<job_dir>/result.json`, atomically."""
-    path = Path(job_dir) / RESULT_FILE
+    path = JobDir(job_dir).result
     write_json_atomic(path, result.to_dict())
     return path
 
@@ -340,6 +344,6 @@ def _has_kind(value: Any, kind: str) -> bool:
 def finished_ok(job_dir: Path) -> bool:
     """True when the job directory holds a trustworthy result with status ok."""
     try:
-        return read_result(Path(job_dir) / RESULT_FILE).ok
+        return read_result(JobDir(job_dir).result).ok
     except CorruptResultError:
         return False

@@ -26,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.job_dir import RESULT_FILE
 from harness.result import (
-    RESULT_FILE,
     SCALAR_KINDS,
     CorruptResultError,
     Metrics,

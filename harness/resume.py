@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.job_dir import RESULT_FILE
 from harness.result import (
-    RESULT_FILE,
     RESULT_NEUTRAL_FIELDS,
     CorruptResultError,
     read_result,

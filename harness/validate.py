@@ -12,14 +12,11 @@ from typing import Any
 from harness.config import ADAMW_IMPLS, BACKENDS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
 from harness.engines.registry import ADAPTER_NAMES
 from harness.models.shapes import MODEL_SHAPES
+from harness.slurm.resources import node_split_error
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
 # fp32 master weight, fp32 gradient, two fp32 AdamW moments, and a bf16 shard copy.
 SHARDED_BYTES_PER_PARAM = 4 + 4 + 8 + 2
-
-
-class InvalidConfig(ValueError):
-    pass
 
 
 def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> list[str]:
@@ -83,11 +80,8 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
             f"seq_len={cfg.seq_len} is more than {cfg.model}'s max_seq_len={shape.max_seq_len}; "
             f"choose seq_len<={shape.max_seq_len}"
         )
-    if cfg.gpus > cfg.gpus_per_node and cfg.gpus % cfg.gpus_per_node:
-        errors.append(
-            f"gpus={cfg.gpus} does not split into nodes of gpus_per_node={cfg.gpus_per_node}; "
-            f"use a multiple of {cfg.gpus_per_node} (or at most {cfg.gpus_per_node})"
-        )
+    if split_error := node_split_error(cfg.gpus, cfg.gpus_per_node):
+        errors.append(split_error)
     if cfg.fault.kind != "none" and not 0 <= cfg.fault.rank < cfg.gpus:
         errors.append(f"fault.rank={cfg.fault.rank} is not a rank of gpus={cfg.gpus}")
     if local_devices == 0:
@@ -147,9 +141,3 @@ def unknown_field_errors(values: dict[str, Any], schema: type = JobConfig) -> li
             nested = unknown_field_errors(value, field.default_factory)  # type: ignore[arg-type]
             errors += [f"{key}.{e}" for e in nested]
     return errors
-
-
-def validate(cfg: JobConfig, *, local_devices: int | None = None) -> None:
-    errors = validation_errors(cfg, local_devices=local_devices)
-    if errors:
-        raise InvalidConfig("invalid config:\n  - " + "\n  - ".join(errors))

@@ -1,9 +1,11 @@
-"""Run a function on N gloo ranks on this machine, for tests."""
+"""Run a function on N gloo ranks on this machine (one process each), for tests."""
 
 from __future__ import annotations
 
 import os
 import socket
+import tempfile
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -12,13 +14,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world_size: int, port: int, fn: Callable, args: tuple, queue: Any) -> None:
+def _entry(rank: int, fn: Callable, world_size: int, port: int, out_dir: str, args: tuple) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -29,22 +31,42 @@ def _entry(rank: int, world_size: int, port: int, fn: Callable, args: tuple, que
     )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    out = os.path.join(out_dir, f"{rank}.pt")
     try:
-        queue.put((rank, fn(rank, world_size, *args)))
+        torch.save({"ok": True, "result": fn(rank, world_size, *args)}, out)
+    except BaseException:
+        torch.save({"ok": False, "error": traceback.format_exc()}, out)
+        raise
     finally:
         dist.destroy_process_group()
 
 
-def run_on_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
-    """Call fn(rank, world_size, *args) on every rank; return the values in rank order."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.start_processes(
-        _entry,
-        args=(world_size, _free_port(), fn, args, queue),
-        nprocs=world_size,
-        join=True,
-        start_method="spawn",
-    )
-    values = dict(queue.get() for _ in range(world_size))
-    return [values[r] for r in range(world_size)]
+def run_on_ranks(
+    fn: Callable[..., Any], world_size: int, *args: Any, start_method: str = "spawn"
+) -> list[Any]:
+    """Call fn(rank, world_size, *args) on every rank; return the values in rank order.
+
+    A rank that fails raises AssertionError here with that rank's traceback. `spawn` (the
+    default) needs `fn` importable by name; `fork` starts faster and takes closures' state
+    as it is, for tests that launch many small groups.
+    """
+    with tempfile.TemporaryDirectory() as out_dir:
+        try:
+            mp.start_processes(
+                _entry,
+                args=(fn, world_size, free_port(), out_dir, args),
+                nprocs=world_size,
+                start_method=start_method,
+            )
+        except mp.ProcessRaisedException:
+            pass  # the rank's traceback is in its result file
+        results = []
+        for r in range(world_size):
+            path = os.path.join(out_dir, f"{r}.pt")
+            if not os.path.exists(path):
+                raise AssertionError(f"rank {r} ended without a result (killed?)")
+            payload = torch.load(path, weights_only=False)
+            if not payload["ok"]:
+                raise AssertionError(f"rank {r} failed:\n{payload['error']}")
+            results.append(payload["result"])
+        return results

@@ -31,7 +31,7 @@ STATUS_CELL = {
     "interrupted": "interrupted",
 }
 # Config fields beyond the grid point and setting that differ between the jobs shown
-# ("lr=0.01, fault.kind=raise"): part of what matches jobs, so no job hides another.
+# ("lr=0.01, fault.kind=crash"): part of what matches jobs, so no job hides another.
 VARIANT = "variant"
 MISSING = "—"
 

@@ -1,16 +1,12 @@
-"""Inside one SLURM task: this rank's distributed environment; rank outcome files.
+"""Inside one SLURM task: this rank's distributed environment.
 
-The outcome files themselves (`<job_dir>/ranks/rank<r>.json`) are harness.rank_outcome's;
-the worker writes them, and the SLURM task writes one where the worker never ran.
+The rank outcome files (`<job_dir>/ranks/rank<r>.json`) are harness.rank_outcome's; the
+worker writes them, and the SLURM task writes one where the worker never ran.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
-
-RANKS_DIR = "ranks"
 
 # sbatch exports the submitter's whole environment; a submitter that itself ran under
 # torchrun/SLURM would hand these to every rank, and submitit refuses to overwrite them.
@@ -44,13 +40,3 @@ def export_rank_env() -> tuple[int, int]:
         os.environ.pop(var, None)
     env = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     return env.rank, env.world_size
-
-
-def rank_file(job_dir: Path, rank: int) -> Path:
-    return Path(job_dir) / RANKS_DIR / f"rank{rank}.json"
-
-
-def clear_previous_attempt(job_dir: Path) -> None:
-    """Before a (re)submission: what an earlier attempt left must not pass for this one's."""
-    shutil.rmtree(Path(job_dir) / RANKS_DIR, ignore_errors=True)
-    shutil.rmtree(Path(job_dir) / "traces", ignore_errors=True)

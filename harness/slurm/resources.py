@@ -25,6 +25,20 @@ class JobShape:
         return self.nodes * self.tasks_per_node
 
 
+def node_split_error(gpus: int, gpus_per_node: int) -> str | None:
+    """Why `gpus` ranks cannot be laid out on nodes of `gpus_per_node`, or None if they can.
+    The one home of this rule: validation and the SLURM shape both ask it."""
+    if gpus <= gpus_per_node or gpus % gpus_per_node == 0:
+        return None
+    lower = gpus // gpus_per_node * gpus_per_node
+    upper = lower + gpus_per_node
+    return (
+        f"gpus={gpus} does not split into whole nodes of gpus_per_node={gpus_per_node}: "
+        f"use gpus={lower} or gpus={upper} (a multiple of gpus_per_node), at most "
+        f"gpus={gpus_per_node} for one node, or set gpus_per_node to a divisor of {gpus}"
+    )
+
+
 def job_shape(gpus: int, gpus_per_node: int, *, request_gpus: bool) -> JobShape:
     """nodes = gpus / gpus_per_node, tasks_per_node = min(gpus, gpus_per_node).
 
@@ -35,14 +49,8 @@ def job_shape(gpus: int, gpus_per_node: int, *, request_gpus: bool) -> JobShape:
         raise ShapeError(f"gpus={gpus}: the world size must be at least 1; set gpus>=1")
     if gpus_per_node < 1:
         raise ShapeError(f"gpus_per_node={gpus_per_node}: must be at least 1")
-    if gpus > gpus_per_node and gpus % gpus_per_node:
-        lower = gpus // gpus_per_node * gpus_per_node
-        upper = lower + gpus_per_node
-        raise ShapeError(
-            f"gpus={gpus} does not split into whole nodes of gpus_per_node={gpus_per_node}: "
-            f"use gpus={lower} or gpus={upper} (a multiple of gpus_per_node), at most "
-            f"gpus={gpus_per_node} for one node, or set gpus_per_node to a divisor of {gpus}"
-        )
+    if split_error := node_split_error(gpus, gpus_per_node):
+        raise ShapeError(split_error)
     tasks_per_node = min(gpus, gpus_per_node)
     nodes = gpus // tasks_per_node
     return JobShape(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,8 +18,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
+from harness.job_dir import RESULT_FILE, JobDir
 from harness.result import (
-    RESULT_FILE,
     Result,
     make_result,
     read_result,
@@ -29,7 +28,6 @@ from harness.result import (
 )
 from harness.result import finished_ok as _finished_ok
 from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.rank import clear_previous_attempt
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
@@ -127,8 +125,8 @@ def plan_job(
             request_gpus=params.request_gpus and device != "cpu",
         )
         time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
-    except ShapeError as e:  # says more than the harness's own check of the same thing
-        errors = [str(e)] + [err for err in errors if "does not split" not in err]
+    except ShapeError as e:  # the validation may have found the same problem: say it once
+        errors = [str(e)] + [err for err in errors if err != str(e)]
     if errors:
         job.refusal = "; ".join(errors)
     return job
@@ -163,10 +161,8 @@ def _sbatch_parameters(job: PlannedJob, params: LauncherParams) -> dict[str, Any
 
 def _set_aside_stale_result(job_dir: Path) -> None:
     """A non-ok result.json of an earlier attempt must not pass for this attempt's verdict."""
-    path = job_dir / RESULT_FILE
-    if path.exists():
-        os.replace(path, job_dir / "result.previous.json")
-    clear_previous_attempt(job_dir)
+    JobDir(job_dir).set_aside_result()
+    JobDir(job_dir).clear_previous_attempt()
 
 
 def _write_slurm_record(job: PlannedJob, *, state: str) -> None:

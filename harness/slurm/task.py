@@ -13,9 +13,10 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
+from harness.job_dir import JobDir
 from harness.rank_outcome import write_rank_outcome
 from harness.slurm import ensure_plugin_importable
-from harness.slurm.rank import export_rank_env, rank_file
+from harness.slurm.rank import export_rank_env
 
 log = logging.getLogger(__name__)
 ensure_plugin_importable()
@@ -60,8 +61,8 @@ class SlurmRankTask:
                 sweep_config.hydra.output_subdir = None
                 handlers = sweep_config.hydra.job_logging.get("handlers") or {}
                 if "file" in handlers and "filename" in handlers["file"]:
-                    handlers["file"]["filename"] = str(Path(job_dir) / "ranks" / f"rank{rank}.log")
-                    Path(job_dir, "ranks").mkdir(parents=True, exist_ok=True)
+                    handlers["file"]["filename"] = str(JobDir(job_dir).rank_log(rank))
+                    JobDir(job_dir).ranks.mkdir(parents=True, exist_ok=True)
         job_path = Path(job_dir)
         try:
             ret = run_job(
@@ -85,7 +86,7 @@ class SlurmRankTask:
 def _record(job_dir: Path, rank: int, error: BaseException | None) -> None:
     """Leave the rank's outcome unless the worker already wrote one during this attempt
     (the submitter cleared older ones), keeping the worker's failure over a later ok."""
-    path = rank_file(job_dir, rank)
+    path = JobDir(job_dir).rank_outcome(rank)
     if path.exists() and (error is None or _recorded_failure(path)):
         return
     trace = "".join(traceback.format_exception(error)) if error is not None else ""

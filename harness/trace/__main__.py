@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.job_dir import JobDir
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline
@@ -52,7 +53,7 @@ def summarize(args: argparse.Namespace) -> int:
 
 def timeline(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.job_dirs]
-    out = Path(args.output) if args.output else dirs[0] / "traces" / "timeline.png"
+    out = Path(args.output) if args.output else JobDir(dirs[0]).traces / "timeline.png"
     print(plot_timeline(dirs, out, rank=args.rank, step=args.step))
     return 0
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.job_dir import JobDir
 from harness.trace.classify import TraceKind, classify, detect_kind
 from harness.trace.overlap import (
     STEP_COLUMNS,
@@ -29,7 +30,6 @@ from harness.trace.overlap import (
 )
 from harness.trace.parse import Trace, TraceError, load_trace
 
-TRACES_DIR = "traces"
 _RANK_FILE = re.compile(r"^rank(\d+)\.json(\.gz)?$")
 
 
@@ -145,7 +145,7 @@ def summarize_trace(path: Path | str) -> dict[str, Any]:
 
 def find_traces(job_dir: Path | str) -> list[Path]:
     """The job's per-rank trace files, ordered by rank."""
-    d = Path(job_dir) / TRACES_DIR
+    d = JobDir(job_dir).traces
     found = [(int(m.group(1)), p) for p in d.glob("rank*.json*") if (m := _RANK_FILE.match(p.name))]
     return [p for _, p in sorted(found)]
 
@@ -163,7 +163,7 @@ def summarize_job(
     job_dir = Path(job_dir)
     paths = find_traces(job_dir)
     if not paths:
-        raise TraceError(f"{job_dir / TRACES_DIR}: no rank<r>.json[.gz] trace files")
+        raise TraceError(f"{JobDir(job_dir).traces}: no rank<r>.json[.gz] trace files")
     tables, per_rank, units, kinds, warnings, ignored = [], {}, [], set(), [], 0
     for p in paths:
         t = summarize(p)

@@ -102,10 +102,12 @@ def test_yafsdp_speed_and_memory(benchmark, tmp_path: Path) -> None:
 def test_interleaved_step_times(benchmark, seq_len: int) -> None:
     """Same comparison with every engine in one process group, stepped in turn."""
     from tests.bench.interleaved import interleaved_step_times
-    from tests.engine.ranks import run_ranks
+    from tests.distributed import run_on_ranks
 
     times = benchmark.pedantic(
-        lambda: run_ranks(interleaved_step_times, 2, "llama_small", seq_len, 5, 2, DTYPE)[0],
+        lambda: run_on_ranks(
+            interleaved_step_times, 2, "llama_small", seq_len, 5, 2, DTYPE, start_method="fork"
+        )[0],
         rounds=1,
         iterations=1,
     )

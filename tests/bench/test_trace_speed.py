@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.trace.synthetic import write_large_gpu_trace
+from tests.trace.synthetic import write_large_gpu_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_BYTES = 200_000_000

@@ -17,8 +17,8 @@ import functools
 import pytest
 import torch
 
+from tests.distributed import run_on_ranks
 from tests.engine.models import BATCH, batch, build, loss_of, vocab_of
-from tests.engine.ranks import run_ranks
 from tests.engine.scenarios import EPS, LR, MAX_NORM, MODELS, STEPS, WEIGHT_DECAY, engine_suite
 
 WORLD_SIZES = (1, 2, 3, 4)
@@ -29,7 +29,7 @@ BF16_MODEL_REL = 1e-2
 
 @functools.cache
 def suite(world_size: int) -> list[dict]:
-    return run_ranks(engine_suite, world_size)
+    return run_on_ranks(engine_suite, world_size, start_method="fork")
 
 
 @functools.cache

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.engine.ranks import _free_port
+from tests.distributed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PREAMBLE = """
@@ -64,7 +64,7 @@ def test_readme_example_trains_on_two_ranks(tmp_path: Path) -> None:
     assert recorded != example, "the README example no longer calls loss.backward()"
     script = tmp_path / "example.py"
     script.write_text(PREAMBLE + "_losses = []\n" + recorded + EPILOGUE)
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for rank in range(2):
         env = {

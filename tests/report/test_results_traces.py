@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from sweep_fixtures import write_job
 
-from harness.result import RESULT_FILE, Profile, read_result, write_result
+from harness.job_dir import RESULT_FILE
+from harness.result import Profile, read_result, write_result
 from harness.results import collect_results
 from harness.trace import cache
-from harness.trace.synthetic import Kernel, nccl, write_gpu_trace
+from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 # overlap 50%: NCCL 50..150 against compute 0..100 and 200..250, in each of two steps
 STEP = [Kernel(1, 7, 0, 100), nccl(1, 20, 50, 100), Kernel(1, 7, 200, 50)]

@@ -1,6 +1,6 @@
 """`python -m harness -m hydra/launcher=slurm` on the local SLURM (see .ci/slurm-up.sh).
 
-One multirun over gpus=1,2,3 x fault none/raise/hang: every SLURM job gets its own task
+One multirun over gpus=1,2,3 x fault none/crash/hang: every SLURM job gets its own task
 count, a raising rank and a hanging rank end as rows, configs that cannot work (gpus=3 on
 nodes of 2, a fault on a rank that does not exist) are refused before submission, and
 a re-run skips the ok jobs and resubmits the failed one.
@@ -58,7 +58,7 @@ def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def sweep(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory):
     sweep_dir = tmp_path_factory.mktemp("slurm_sweep")
-    proc = _sweep(sweep_dir, "gpus=1,2,3", "fault.kind=none,raise,hang", *TIMEOUTS)
+    proc = _sweep(sweep_dir, "gpus=1,2,3", "fault.kind=none,crash,hang", *TIMEOUTS)
     return sweep_dir, proc.stdout + proc.stderr
 
 
@@ -84,12 +84,12 @@ def test_every_job_is_a_row_with_its_status(sweep):
     assert statuses == {
         (1, "none"): "ok",
         (2, "none"): "ok",
-        (2, "raise"): "failed",
+        (2, "crash"): "failed",
         (2, "hang"): "timeout",
-        (1, "raise"): "invalid",  # fault.rank=1 is not a rank of gpus=1
+        (1, "crash"): "invalid",  # fault.rank=1 is not a rank of gpus=1
         (1, "hang"): "invalid",
         (3, "none"): "invalid",  # 3 does not split into nodes of 2
-        (3, "raise"): "invalid",
+        (3, "crash"): "invalid",
         (3, "hang"): "invalid",
     }
 
@@ -122,8 +122,8 @@ def test_jobs_get_their_own_task_counts(sweep):
 
 def test_raising_rank_is_the_reported_cause(sweep):
     sweep_dir, _ = sweep
-    result = _result(sweep_dir, 2, "raise")
-    assert result.error.startswith("rank 1: InjectedFault"), result.error
+    result = _result(sweep_dir, 2, "crash")
+    assert result.error.startswith("rank 1: InjectedCrash"), result.error
 
 
 def test_hanging_rank_ends_by_collective_timeout(sweep):
@@ -136,8 +136,8 @@ def test_configs_that_cannot_work_are_refused_before_submission(sweep):
     sweep_dir, log = sweep
     error = _result(sweep_dir, 3, "none").error
     assert "gpus=3" in error and "gpus_per_node=2" in error
-    assert "fault.rank=1 is not a rank of gpus=1" in _result(sweep_dir, 1, "raise").error
-    for key in ((3, "none"), (1, "raise")):
+    assert "fault.rank=1 is not a rank of gpus=1" in _result(sweep_dir, 1, "crash").error
+    for key in ((3, "none"), (1, "crash")):
         assert not (_jobs(sweep_dir)[key] / "slurm.json").exists()  # nothing submitted
     assert log.count("refused before submission") == 5
 
@@ -151,10 +151,10 @@ def test_results_csv_has_every_job(sweep):
 
 def test_rerun_skips_ok_jobs_and_resubmits_the_failed_one(sweep):
     sweep_dir, _ = sweep
-    ok_dir, failed_dir = _jobs(sweep_dir)[(2, "none")], _jobs(sweep_dir)[(2, "raise")]
+    ok_dir, failed_dir = _jobs(sweep_dir)[(2, "none")], _jobs(sweep_dir)[(2, "crash")]
     ok_before = read_result(ok_dir / "result.json")
     ok_job, failed_job = _slurm_job_id(ok_dir), _slurm_job_id(failed_dir)
-    proc = _sweep(sweep_dir, "gpus=2", "fault.kind=none,raise", *TIMEOUTS)
+    proc = _sweep(sweep_dir, "gpus=2", "fault.kind=none,crash", *TIMEOUTS)
     assert "skipped" in proc.stdout + proc.stderr
     assert _slurm_job_id(ok_dir) == ok_job
     assert read_result(ok_dir / "result.json") == ok_before

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.config import JobConfig
 from harness.console import Console, job_label
+from harness.job_dir import JobDir
 from harness.phase import report_phase
-from harness.rank_outcome import rank_log
 from tests.sweeps.test_local_sweep import multirun
 
 GRID = (
@@ -22,7 +22,7 @@ GRID = (
     "engine=local",
     "fault.rank=1",
     "fault.step=1",
-    "fault.kind=none,raise",
+    "fault.kind=none,crash",
 )
 
 
@@ -39,13 +39,13 @@ def test_a_sweep_prints_one_line_per_job_and_a_summary(tmp_path: Path) -> None:
         r"\(elapsed \d+:\d\d, ETA \d+:\d\d\)$"
     )
     assert ok.match(lines[0]), lines
-    failed_dir = next(tmp_path.glob("*fault.kind=raise*"))
-    log = rank_log(failed_dir, 1)
-    assert lines[1].startswith(f"[2/2] {label} fault.kind=raise  failed: rank 1: "), lines
-    assert "injected fault" in lines[1] and f"(log: {log})" in lines[1], lines
+    failed_dir = next(tmp_path.glob("*fault.kind=crash*"))
+    log = JobDir(failed_dir).rank_log(1)
+    assert lines[1].startswith(f"[2/2] {label} fault.kind=crash  failed: rank 1: "), lines
+    assert "injected crash" in lines[1] and f"(log: {log})" in lines[1], lines
     assert re.search(r"\(elapsed \d+:\d\d\)$", lines[1]), "no ETA once every job is done"
     assert re.match(r"^sweep done: 2 jobs in \d+:\d\d: 1 ok, 1 failed$", lines[2]), lines
-    assert lines[3].startswith(f"  failed   {label} fault.kind=raise: rank 1: "), lines
+    assert lines[3].startswith(f"  failed   {label} fault.kind=crash: rank 1: "), lines
     assert lines[4:] == [
         f"results:   {tmp_path / 'results.csv'}",
         f"timelines: 1 in {tmp_path / 'timelines'}",
@@ -54,10 +54,10 @@ def test_a_sweep_prints_one_line_per_job_and_a_summary(tmp_path: Path) -> None:
     # Each rank's output is in its own log, C++ output included; the failing rank's
     # traceback is in the log the console line names.
     for job_dir in (p.parent for p in tmp_path.glob("*/result.json")):
-        assert rank_log(job_dir, 0).exists() and rank_log(job_dir, 1).exists()
+        assert JobDir(job_dir).rank_log(0).exists() and JobDir(job_dir).rank_log(1).exists()
     ok_dir = next(tmp_path.glob("*fault.kind=none*"))
-    assert "USDT" in rank_log(ok_dir, 0).read_text() + rank_log(ok_dir, 1).read_text()
-    assert "Traceback" in log.read_text() and "injected fault" in log.read_text()
+    assert "USDT" in JobDir(ok_dir).rank_log(0).read_text() + JobDir(ok_dir).rank_log(1).read_text()
+    assert "Traceback" in log.read_text() and "injected crash" in log.read_text()
 
 
 def test_quiet_keeps_only_the_summary(tmp_path: Path) -> None:
@@ -99,9 +99,9 @@ def test_verbose_streams_rank_0s_log(tmp_path: Path) -> None:
     stream = io.StringIO()
     console = Console(total=1, verbose=True, stream=stream)
     console.job_started(tmp_path)
-    rank_log(tmp_path, 0).write_text("step 1\n")
+    JobDir(tmp_path).rank_log(0).write_text("step 1\n")
     console.poll("job")
-    with open(rank_log(tmp_path, 0), "a") as f:
+    with open(JobDir(tmp_path).rank_log(0), "a") as f:
         f.write("step 2\n")
     console.job_finished("job", _result("ok"), tmp_path, ran=True)
     assert stream.getvalue().startswith("step 1\nstep 2\n[1/1] job  ok")

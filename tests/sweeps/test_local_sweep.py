@@ -78,7 +78,7 @@ def test_failing_jobs_become_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
         "kill": "failed",
     }
     errors = {drill: r["error"] for drill, r in by_drill.items()}
-    assert "rank 1" in errors["crash"] and "injected fault" in errors["crash"]
+    assert "rank 1" in errors["crash"] and "injected crash" in errors["crash"]
     assert "memory_limit_gb" in errors["oom"]
     assert "ckpt_layers=99" in errors["invalid"]
     assert errors["kill"] == "rank 1 was killed (SIGKILL)"

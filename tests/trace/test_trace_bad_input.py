@@ -9,7 +9,7 @@ import pytest
 from harness.trace import summarize_trace
 from harness.trace.__main__ import main
 from harness.trace.parse import TraceError, load_trace
-from harness.trace.synthetic import Kernel, nccl, write_gpu_trace
+from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 KERNELS = [Kernel(1, 7, 100, 50), nccl(1, 20, 120, 60), Kernel(2, 7, 300, 50)]
 

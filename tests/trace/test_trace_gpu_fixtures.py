@@ -13,7 +13,7 @@ import pytest
 from harness.trace import load_trace, summarize_trace
 from harness.trace.overlap import step_windows
 from harness.trace.summary import aggregate, analyse
-from harness.trace.synthetic import AUTOGRAD_TID, Kernel, nccl, write_gpu_trace
+from tests.trace.synthetic import AUTOGRAD_TID, Kernel, nccl, write_gpu_trace
 
 hta = pytest.importorskip("hta.trace_analysis")
 

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from harness.trace import summarize_trace
-from harness.trace.synthetic import Kernel, nccl, write_gpu_trace
+from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 hta = pytest.importorskip("hta.trace_analysis")
 

@@ -1,0 +1,91 @@
+"""The files and folders of one job directory, named in one place.
+
+    <job dir>/result.json            the job's result (harness.result)
+    <job dir>/result.previous.json   an earlier attempt's result, set aside on a re-run
+    <job dir>/job_config.json        the config the ranks read (local launcher)
+    <job dir>/ranks/rank<r>.log      what rank r printed
+    <job dir>/ranks/rank<r>.json     how rank r ended (harness.rank_outcome)
+    <job dir>/ranks/exits.json       exit codes of ranks that died first (local launcher)
+    <job dir>/ranks/launcher.log     the elastic agent's output
+    <job dir>/ranks/phase            rank 0's current phase, for the live console line
+    <job dir>/traces/rank<r>.json.gz rank r's profiler trace
+
+Torch-free: the report and the trace analysis use it too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULT_FILE = "result.json"
+PREVIOUS_RESULT_FILE = "result.previous.json"
+JOB_CONFIG_FILE = "job_config.json"
+RANKS_DIR = "ranks"
+TRACES_DIR = "traces"
+EXITS_FILE = "exits.json"
+LAUNCHER_LOG = "launcher.log"
+PHASE_FILE = "phase"
+
+
+@dataclass(frozen=True)
+class JobDir:
+    root: Path
+
+    def __init__(self, root: Path | str) -> None:
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def result(self) -> Path:
+        return self.root / RESULT_FILE
+
+    @property
+    def previous_result(self) -> Path:
+        return self.root / PREVIOUS_RESULT_FILE
+
+    @property
+    def job_config(self) -> Path:
+        return self.root / JOB_CONFIG_FILE
+
+    @property
+    def ranks(self) -> Path:
+        return self.root / RANKS_DIR
+
+    @property
+    def traces(self) -> Path:
+        return self.root / TRACES_DIR
+
+    @property
+    def exits(self) -> Path:
+        return self.ranks / EXITS_FILE
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.ranks / LAUNCHER_LOG
+
+    @property
+    def phase(self) -> Path:
+        return self.ranks / PHASE_FILE
+
+    def rank_log(self, rank: int) -> Path:
+        return self.ranks / f"rank{rank}.log"
+
+    def rank_outcome(self, rank: int) -> Path:
+        return self.ranks / f"rank{rank}.json"
+
+    def trace(self, rank: int) -> Path:
+        return self.traces / f"rank{rank}.json.gz"
+
+    def set_aside_result(self) -> None:
+        """An earlier attempt's result must not pass for this attempt's: it is kept, as
+        result.previous.json, never deleted."""
+        if self.result.exists():
+            os.replace(self.result, self.previous_result)
+
+    def clear_previous_attempt(self) -> None:
+        """Before a (re)run: what an earlier attempt's ranks left (outcomes, logs, traces)
+        must not pass for this attempt's."""
+        shutil.rmtree(self.ranks, ignore_errors=True)
+        shutil.rmtree(self.traces, ignore_errors=True)
