@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 DEMO_SWEEP ?= multirun/cpu_demo
 DEMO_REPORT ?= reports/cpu_demo
 
-.PHONY: install demo test bench lint clean gpu-wheels gpu-check
+.PHONY: install demo test bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -35,6 +35,10 @@ bench: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The gate CI runs before the tests: lint, formatting, and types of harness/ and yafsdp_impl/.
+check: lint
+	$(VENV)/bin/mypy
 
 # ---- gpu-check on a lent GPU machine (Python 3.12, torch with CUDA, no network) ----------
 # `make gpu-wheels` (here, with network) fetches what that machine lacks into wheels/, all

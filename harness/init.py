@@ -11,6 +11,7 @@ import hashlib
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 INIT_STD = 0.02
 
@@ -52,15 +53,9 @@ def init_weights(model: nn.Module, seed: int, *, prefix: str = "") -> None:
     """
     for local_name, param in model.named_parameters():
         name = f"{prefix}{local_name}"
-        if _is_dtensor(param):
-            from torch.distributed.tensor import distribute_tensor
-
+        if isinstance(param, DTensor):
             full = initial_value(name, param.shape, seed, param.device).to(param.dtype)
             shard = distribute_tensor(full, param.device_mesh, param.placements).to_local()
             param.to_local().copy_(shard)
         else:
             param.copy_(initial_value(name, param.shape, seed, param.device).to(param.dtype))
-
-
-def _is_dtensor(t: torch.Tensor) -> bool:
-    return type(t).__name__ == "DTensor"

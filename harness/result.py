@@ -109,7 +109,8 @@ class _Record:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         known = {f.name for f in typed_fields(cls)}
-        return cls(
+        construct: Any = cls  # the concrete records are dataclasses; this mixin is not
+        return construct(
             **{k: v for k, v in data.items() if k in known},
             extra={k: v for k, v in data.items() if k not in known},
             nulls=frozenset(k for k in known if k in data and data[k] is None),

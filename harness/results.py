@@ -102,8 +102,8 @@ class GridPoint:
     @classmethod
     def of(cls, values: dict[str, Any], variant: str = "") -> GridPoint:
         """The point of a job whose MATCH_COLUMNS are `values`."""
-        setting = Setting(*(values.get(c) for c in SETTING_COLUMNS), variant=variant)
-        return cls(*(values.get(c) for c in POINT_COLUMNS), setting=setting)
+        setting = Setting(**{c: values.get(c) for c in SETTING_COLUMNS}, variant=variant)
+        return cls(**{c: values.get(c) for c in POINT_COLUMNS}, setting=setting)
 
 
 def _is_scalar(value: Any) -> bool:

@@ -24,8 +24,9 @@ def build_optimizer(
     """AdamW with the implementation `impl` (fused, foreach or for-loop), for every engine."""
     if impl not in ADAMW_IMPLS:
         raise ValueError(f"adamw_impl={impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}")
-    flags = {"fused": impl == "fused", "foreach": impl == "foreach"}
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, **flags)
+    return torch.optim.AdamW(
+        params, lr=lr, weight_decay=0.0, fused=impl == "fused", foreach=impl == "foreach"
+    )
 
 
 def optimizer_description(impl: str) -> str:

@@ -138,6 +138,6 @@ def unknown_field_errors(values: dict[str, Any], schema: type = JobConfig) -> li
             hint = f"did you mean {close[0]}=?" if close else "see the fields in harness/config.py"
             errors.append(f"{key} is not a field of the job config; {hint}")
         elif isinstance(value, dict) and dataclasses.is_dataclass(field.default_factory):
-            nested = unknown_field_errors(value, field.default_factory)  # type: ignore[arg-type]
+            nested = unknown_field_errors(value, field.default_factory)
             errors += [f"{key}.{e}" for e in nested]
     return errors

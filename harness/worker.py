@@ -91,7 +91,7 @@ def _synchronize(device: torch.device) -> None:
 
 def train(
     cfg: JobConfig, job_dir: Path, rank: int, world_size: int, device: torch.device, threads: int
-) -> dict[str, Any] | None:
+) -> Result | None:
     shape = get_shape(cfg.model)
     peak_flops, peak_source = _peak_flops(cfg, device)
     ctx = RunContext(
@@ -154,9 +154,13 @@ def train(
     # so the build and the untimed warm-up steps run under memory tracking there.
     memory_steps = min(cfg.warmup_steps, 2)
     if device.type == "cpu":
-        _, peak_allocated = cpu_peak_allocated(
-            lambda: [build()] + [warm_up(s) for s in range(memory_steps)]
-        )
+
+        def build_and_warm_up() -> None:
+            build()
+            for s in range(memory_steps):
+                warm_up(s)
+
+        _, peak_allocated = cpu_peak_allocated(build_and_warm_up)
     else:
         build()
         build_peaks = restart_cuda_peaks(device)

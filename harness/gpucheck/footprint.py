@@ -63,7 +63,8 @@ def yafsdp_bytes(shape: ModelShape, p: int, *, param_bytes: int = 2) -> dict[str
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
     res = padded(shape.n_layers * 2 * d + d)
     shards = sum(padded(n) for n in units) // p + res // p
-    lowp = shards * param_bytes if param_bytes != FP32 else 0  # fp32 gathers read the master
+    # the compute-dtype copy of the master the gathers read (fp32 gathers read the master)
+    low_precision_gathers = shards * param_bytes if param_bytes != FP32 else 0
     # The engine's min-bytes buffer plan: two buffers of the largest unit (staging that
     # size), or the embedding and output sharing one buffer with the layers alternating two
     # layer-sized ones (staging layer-sized, larger units reduce-scattered in chunks).
@@ -76,7 +77,9 @@ def yafsdp_bytes(shape: ModelShape, p: int, *, param_bytes: int = 2) -> dict[str
         "master": shards * FP32 * 2,  # fp32 shards and their fp32 gradients
         # fp32 staging of one gradient buffer (or a chunk) and of the resident one, the
         # reduce-scatter outputs, and the compute-dtype copy of the master the gathers read
-        "staging": (staging + res) * FP32 + (staging // p + res // p) * FP32 + lowp,
+        "staging": (staging + res) * FP32
+        + (staging // p + res // p) * FP32
+        + low_precision_gathers,
         # memory_report counts every state tensor: the moments and a 4-byte fp32 step
         # counter per master parameter (one per unit and one for the resident unit)
         "optimizer": shards * FP32 * ADAM_MOMENTS + (shape.n_layers + 3) * FP32,

@@ -96,4 +96,5 @@ def delayed_forward_gathers(sleep_cycles: int) -> Iterator[None]:
 
 def yafsdp_of(t: Trainee) -> Any:
     """The YaFSDP object behind the adapter (its memory_report is a bound method)."""
-    return t.wrapped.memory_breakdown.__self__
+    bound: Any = t.wrapped.memory_breakdown
+    return bound.__self__

@@ -9,6 +9,7 @@ Only a GPU can prove these; tests/gpucheck exercises their wrappers on CPU with 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -294,7 +295,7 @@ def run() -> list[Check]:
     rows = []
     with nccl_world() as device:
         for name, proves, fn in CHECKS:
-            rows.append(run_check("A", name, proves, lambda fn=fn: fn(device)))
+            rows.append(run_check("A", name, proves, functools.partial(fn, device)))
             torch.cuda.empty_cache()
         built: list[Trainee] = []
 

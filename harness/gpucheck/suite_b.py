@@ -8,6 +8,7 @@ numerics, not timing.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def job_losses(label: str, world_size: int, root: Path) -> list[float]:
     result = run_job(job_config(label, world_size), root / f"{label}_g{world_size}").result
     if not result.ok:
         raise RuntimeError(f"{label} at {world_size} ranks: {result.status}: {result.error}")
-    return list(result.metrics.losses or [])
+    return [float(x) for x in result.metrics.losses or [] if x is not None]
 
 
 def check_world(world_size: int) -> Verdict:
@@ -79,6 +80,6 @@ NAMES = [
 
 def run() -> list[Check]:
     return [
-        run_check("B", name, proves, lambda p=p: check_world(p))
+        run_check("B", name, proves, functools.partial(check_world, p))
         for p, (name, proves) in zip(WORLD_SIZES, NAMES, strict=True)
     ]

@@ -10,6 +10,7 @@ with llama_small at world sizes 8 and 64.
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 from dataclasses import dataclass
@@ -30,7 +31,10 @@ SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 EXPERIMENT = SWEEPS / "experiment" / "yafsdp_readme.yaml"
 FIT_BYTES = 80 * 2**30  # an 80 GB card (A100/H100 80GB) holds 80 GiB
 # bf16 as published; 4-token sequences, as on CPU the point is the bytes, not the speed
-REDUCED = dict(model="llama_small", world_sizes=(8, 64), seq_len=4, ckpt_layers=1)
+REDUCED_MODEL = "llama_small"
+REDUCED_WORLD_SIZES = (8, 64)
+REDUCED_SEQ_LEN = 4
+REDUCED_CKPT_LAYERS = 1
 PROVES = (
     "one rank at this world size allocates exactly the engine's per-rank bytes by class "
     "(params, grads, optimizer; YaFSDP's memory_report classes)"
@@ -64,16 +68,15 @@ def published_points(experiment: Path = EXPERIMENT) -> tuple[list[Point], list[s
 
 
 def reduced_points() -> tuple[list[Point], list[str]]:
-    r = REDUCED
     points = [
         Point(
-            f"{r['model']}_g{p}_s{r['seq_len']}_c{r['ckpt_layers']}",
-            r["model"],
+            f"{REDUCED_MODEL}_g{p}_s{REDUCED_SEQ_LEN}_c{REDUCED_CKPT_LAYERS}",
+            REDUCED_MODEL,
             p,
-            r["seq_len"],
-            r["ckpt_layers"],
+            REDUCED_SEQ_LEN,
+            REDUCED_CKPT_LAYERS,
         )
-        for p in r["world_sizes"]
+        for p in REDUCED_WORLD_SIZES
     ]
     return points, ["yafsdp", "fsdp1", "fsdp2"]
 
@@ -207,6 +210,6 @@ def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list
                                     "run `--suite C --budget-s 560` alone"))  # fmt: skip
                 continue
             rows.append(
-                run_check("C", name, PROVES, lambda p=point, e=label: measure(p, e, device))
+                run_check("C", name, PROVES, functools.partial(measure, point, label, device))
             )
     return rows

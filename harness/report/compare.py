@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -276,12 +276,12 @@ def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[
         if _ok(y) and _ok(f):
             t_y, t_f = float(y["iteration_time_s"]), float(f["iteration_time_s"])
             s = (t_f - t_y) / t_f * 100.0
-            spreads = [_spread_s(y), _spread_s(f)]
-            if None not in spreads:
-                spread = max(spreads) / t_f * 100.0  # type: ignore[type-var]
+            spread_y, spread_f = _spread_s(y), _spread_s(f)
+            if spread_y is not None and spread_f is not None:
+                spread = max(spread_y, spread_f) / t_f * 100.0
         rows.append(Speedup(key, y, f, s, spread, key in void))
     return rows
 
 
-def _ok(row: pd.Series | None) -> bool:
+def _ok(row: pd.Series | None) -> TypeGuard[pd.Series]:
     return row is not None and row["status"] == "ok" and value(row, "iteration_time_s") is not None

@@ -99,7 +99,7 @@ def engine_setup_table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for key in keys:
         cells = []
         for engine in engines:
-            values = by_engine[engine].get(key)
-            cells.append(" / ".join(values) if values else NOT_SET)
+            shown = by_engine[engine].get(key)
+            cells.append(" / ".join(shown) if shown else NOT_SET)
         rows.append([key, *cells])
     return ["setting", *engines], rows

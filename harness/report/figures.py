@@ -42,9 +42,9 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
         for r in rows:
             if r.key.seq_len != seq:
                 continue
-            g = groups.index(replace(r.key, seq_len=None))
-            xs.append(g - 0.4 + width * (i + 0.5))
-            ys.append(r.speedup_pct)
+            group = groups.index(replace(r.key, seq_len=None))
+            xs.append(group - 0.4 + width * (i + 0.5))
+            ys.append(r.speedup_pct or 0.0)  # rows without a speedup were left out above
             errs.append(r.spread_pct or 0.0)
             hatches.append("//" if r.significant is False else "")
         bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")

@@ -314,7 +314,8 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
         exposed_comm_s=("exposed_comm_s", "sum"),
     )
     table = table.reset_index()
-    kinds = [parse_unit_annotation(n) for n in table["annotation"]]
+    # every row's annotation matched a unit pattern when the row was made
+    kinds = [parse_unit_annotation(n) or ("", "") for n in table["annotation"]]
     table["kind"] = [k[0] for k in kinds]
     table["unit"] = [k[1] for k in kinds]
     return table[UNIT_COLUMNS]

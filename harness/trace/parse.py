@@ -102,7 +102,9 @@ class _Stream:
     def peek(self) -> str:
         """The next non-blank character ('' at the end of the file), without consuming it."""
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
+            blank = _WS.match(self.buf, self.pos)
+            assert blank is not None  # _WS matches the empty string too
+            self.pos = blank.end()
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self._fill():

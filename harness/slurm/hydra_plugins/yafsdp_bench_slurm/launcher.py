@@ -16,7 +16,7 @@ class SlurmLauncher(Launcher):
         # Imported here: Hydra imports every plugin module at start-up, keep that cheap.
         from harness.slurm.sweep import LauncherParams
 
-        plain = {
+        plain: dict[str, Any] = {
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in params.items()
         }
