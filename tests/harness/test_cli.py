@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +11,8 @@ import pytest
 
 from harness.config import EngineConfig, JobConfig
 from harness.validate import validation_errors
+from tests.processes import run_module
 
-REPO = Path(__file__).resolve().parents[2]
 METRIC_FIELDS = (
     "step_times_s",
     "iteration_time_s",
@@ -29,15 +28,7 @@ METRIC_FIELDS = (
 
 
 def run_cli(*overrides: str, run_dir: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "harness", *overrides, f"hydra.run.dir={run_dir}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_module("harness", *overrides, f"hydra.run.dir={run_dir}", timeout=600)
 
 
 def test_one_job_writes_a_complete_result(tmp_path: Path) -> None:

@@ -23,20 +23,11 @@ from harness.job import decide_result
 from harness.result import CorruptResultError, make_result, read_result, write_result
 from harness.resume import rerun_reason
 from harness.validate import unknown_field_errors, validation_errors
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.processes import REPO, run_module
 
 
 def run_harness(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module(*args, timeout=300)
 
 
 # 1. Job identity ---------------------------------------------------------------------------

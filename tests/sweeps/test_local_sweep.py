@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.processes import run_module
+
 TINY = ("model=llama_tiny", "gpus=2", "warmup_steps=1", "steps=2", "profile.steps=0")
 
 
 def multirun(*overrides: str, sweep_dir: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_module("harness", "-m", *overrides, f"hydra.sweep.dir={sweep_dir}", timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
 
