@@ -10,6 +10,8 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "nccl", "gloo")
 # torch.optim.AdamW's implementations; every engine steps with the same one.
 ADAMW_IMPLS = ("fused", "foreach", "for-loop")
+# native: harness.models.llama; hf: the transformers causal LM of the same config.
+MODEL_IMPLS = ("native", "hf")
 
 
 @dataclass(kw_only=True)
@@ -49,7 +51,8 @@ FAULT_KINDS = ("none", "raise", "hang", "oom", "kill")
 
 @dataclass(kw_only=True)
 class JobConfig:
-    model: str = "llama_tiny"
+    model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>
+    model_impl: str = "native"  # one of MODEL_IMPLS; an hf: model needs hf
     engine: EngineConfig = field(default_factory=EngineConfig)
     gpus: int = 2  # world size: GPUs, or ranks on CPU
     seq_len: int = 128

@@ -29,6 +29,7 @@ from harness.engines.base import (
     dtype_name,
 )
 from harness.init import init_weights
+from harness.models.build import decoder_parts
 
 
 class FSDP2Engine:
@@ -42,11 +43,12 @@ class FSDP2Engine:
         policy = MixedPrecisionPolicy(
             param_dtype=ctx.param_dtype, reduce_dtype=ctx.reduce_dtype, cast_forward_inputs=False
         )
-        head = [model.norm, model.output]
-        fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
+        parts = decoder_parts(model)
+        head = [parts.norm, parts.head]
+        fully_shard(parts.embed, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
         # The last modules of forward are the first of backward: keep them unsharded.
         fully_shard(head, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
-        for layer in model.layers:
+        for layer in parts.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         model.to_empty(device=ctx.device)
@@ -54,7 +56,7 @@ class FSDP2Engine:
         if ctx.cfg.async_unshard:
             # A private switch in torch 2.6+; the tuned variant cannot exist without it.
             model._set_unshard_async_op(True)
-            prefetch_chain([model.tok_embeddings, *model.layers], head)
+            prefetch_chain([parts.embed, *parts.layers], head)
 
         params = list(model.parameters())
         groups = fsdp2_groups(model)

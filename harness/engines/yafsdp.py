@@ -19,6 +19,7 @@ from torch import nn
 
 from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
 from harness.init import initial_value
+from harness.models.build import decoder_parts
 from yafsdp_impl import YaFSDP
 
 
@@ -28,7 +29,8 @@ class YaFSDPEngine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         # The model stays on the meta device: the engine asks for each parameter's initial
         # value only where it overlaps this rank's shards, so no rank holds the full model.
-        units = [model.tok_embeddings, *model.layers, model.output]
+        parts = decoder_parts(model)
+        units = [parts.embed, *parts.layers, parts.head]
         names = {module: name for name, module in model.named_modules()}
         unit_names = [names[m] for m in units]
         engine = YaFSDP(
