@@ -147,12 +147,16 @@ def _hf_shape(cfg: JobConfig, errors: list[str]) -> ModelShape | None:
     except HFModelError as e:
         errors.append(f"model={cfg.model!r}: {e}")
         return None
-    if shape.tied_embeddings and cfg.engine.name == "yafsdp":
+    if shape.tied_embeddings:
+        # Refused for every engine, so that matched jobs train the same model: the engines
+        # shard the embedding and the output projection as separate units.
         errors.append(
             f"model={cfg.model!r} ties its output projection to the token embedding "
-            "(tie_word_embeddings); engine=yafsdp shards each unit on its own and refuses a "
-            'weight held by two units: set "tie_word_embeddings": false in the config.json '
-            "(training starts from fresh weights either way), or use another engine"
+            f"(tie_word_embeddings), and engine={cfg.engine.name} cannot train that: yafsdp "
+            "shards each unit on its own and refuses a weight held by two units, FSDP2 "
+            "refuses one across groups, and the embedding and the output projection are "
+            'separate units for every engine. Set "tie_word_embeddings": false in the '
+            "config.json (training starts from fresh weights either way)"
         )
     return shape
 
