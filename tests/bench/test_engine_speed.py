@@ -11,6 +11,9 @@ allocation events). Jobs run one after another, so on a shared machine their tim
 the load of whatever else runs then; the best of BENCH_REPEATS (default 2) is kept.
 test_interleaved_step_times: every engine in one process group, stepped in turn, so load
 falls on all alike; the time comparison to trust on a shared machine.
+test_native_vs_hf_interleaved: yafsdp and fsdp2 on the native Llama and on HF's
+LlamaForCausalLM of the same shapes (model_impl=hf), llama_small at seq 1024, stepped in
+turn in one process group: step time and each step's allocation peak.
 
     make bench      # or: pytest tests/bench/test_engine_speed.py --benchmark-enable -s
 """
@@ -123,3 +126,29 @@ def test_interleaved_step_times(benchmark, seq_len: int) -> None:
     assert times["yafsdp"] <= 0.85 * times["fsdp2"]
     if seq_len == 1024:
         assert times["yafsdp"] <= 1.15 * times["local"]
+
+
+# yafsdp and fsdp2, each on the native Llama and on transformers' LlamaForCausalLM.
+IMPL_RUNS = {f"{e} {impl}": (e, impl) for e in ("yafsdp", "fsdp2") for impl in ("native", "hf")}
+
+
+@pytest.mark.slow
+def test_native_vs_hf_interleaved(benchmark) -> None:
+    """The same shapes and engine, two model implementations, stepped in turn."""
+    pytest.importorskip("transformers")
+    from tests.bench.interleaved import interleaved_runs
+    from tests.engine.ranks import run_ranks
+
+    args = ("llama_small", 1024, 5, 2, DTYPE, IMPL_RUNS, True)
+    measured = benchmark.pedantic(
+        lambda: run_ranks(interleaved_runs, 2, *args)[0], rounds=1, iterations=1
+    )
+    benchmark.extra_info.update(measured)
+    rows = []
+    for label, (engine, _) in IMPL_RUNS.items():
+        m, native = measured[label], measured[f"{engine} native"]
+        time_ratio = m["step_s"] / native["step_s"]
+        peak_ratio = m["step_peak_bytes"] / native["step_peak_bytes"]
+        rows.append([label, m["step_s"], time_ratio, m["step_peak_bytes"] / 2**20, peak_ratio])
+    print()
+    print(tabulate(rows, headers=["seq 1024", "step s", "/native", "step peak MiB", "/native"]))
