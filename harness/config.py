@@ -49,6 +49,11 @@ class FaultConfig:
 FAULT_KINDS = ("none", "raise", "hang", "oom", "kill")
 
 
+# Fields added after results were first recorded, with the value those results ran with:
+# an older result.json without the field is read as having it (resume, the report).
+FIELDS_ADDED_LATER = {"model_impl": "native"}
+
+
 @dataclass(kw_only=True)
 class JobConfig:
     model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.config import JobConfig
+from harness.config import FIELDS_ADDED_LATER
 from harness.result import (
     RESULT_FILE,
     SCALAR_KINDS,
@@ -70,8 +70,6 @@ JSON_METRICS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] not 
 ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
 CONFIG_PREFIX = "config."
-# Match fields newer than some results: a job recorded before one existed ran its default.
-LATER_FIELDS = {"model_impl": JobConfig.model_impl}
 LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
 
 
@@ -107,7 +105,7 @@ class GridPoint:
     @classmethod
     def of(cls, values: dict[str, Any], variant: str = "") -> GridPoint:
         """The point of a job whose MATCH_COLUMNS are `values`."""
-        values = {**LATER_FIELDS, **{k: v for k, v in values.items() if v is not None}}
+        values = {**FIELDS_ADDED_LATER, **{k: v for k, v in values.items() if v is not None}}
         setting = Setting(*(values.get(c) for c in SETTING_COLUMNS), variant=variant)
         return cls(*(values.get(c) for c in POINT_COLUMNS), setting=setting)
 
@@ -126,7 +124,7 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         "error": result.error or "",
     }
     for key in CONFIG_COLUMNS:
-        row[key] = config.get(key, LATER_FIELDS.get(key))
+        row[key] = config.get(key, FIELDS_ADDED_LATER.get(key))
     for key, value in flatten(config).items():
         row[CONFIG_PREFIX + key] = value if _is_scalar(value) else json.dumps(value)
 

@@ -6,7 +6,7 @@ yandex/YaFSDP's `examples/fsdp_config.yaml`; its patched `run_clm.py` built the 
 | setting | value | source |
 | --- | --- | --- |
 | sharding_strategy | FULL_SHARD | `examples/fsdp_config.yaml` `fsdp_sharding_strategy` |
-| units (auto-wrap) | token embedding, each block, output projection; the root keeps the final norm | `patches/transformers.diff` (`run_clm.py`): `lambda_auto_wrap_policy` on `embed_tokens`, `layers`, `lm_head` |
+| units (auto-wrap) | token embedding, each block, output projection; the root keeps the final norm (on an HF model: `model.embed_tokens`, each decoder layer, `lm_head`) | `patches/transformers.diff` (`run_clm.py`): `lambda_auto_wrap_policy` on `embed_tokens`, `layers`, `lm_head`; accelerate's `transformer_auto_wrap_policy` names the decoder-layer class |
 | backward_prefetch | BACKWARD_PRE | `fsdp_config.yaml` `fsdp_backward_prefetch` |
 | forward_prefetch | True | `fsdp_config.yaml` `fsdp_forward_prefetch` |
 | limit_all_gathers | True | accelerate 0.27.0 `FullyShardedDataParallelPlugin.limit_all_gathers` default (`utils/dataclasses.py`) |

@@ -2,7 +2,7 @@
 
 | setting | value | source |
 | --- | --- | --- |
-| groups | `tok_embeddings`; each block; `[norm, output]`; the root (owns nothing else) | torchtitan `torchtitan/distributed/fsdp.py` `apply_fsdp_to_decoder` |
+| groups | `tok_embeddings`; each block; `[norm, output]`; the root (owns nothing else); on an HF model `model.embed_tokens`, each of `model.layers`, `[model.norm, lm_head]` | torchtitan `torchtitan/distributed/fsdp.py` `apply_fsdp_to_decoder` |
 | reshard_after_forward | True for the embedding and the blocks, False for `[norm, output]` (backward needs them at once) | same, policy "default" without pipeline parallelism |
 | mp_policy | param_dtype = job dtype, reduce_dtype = engine.reduce_dtype (fp32), cast_forward_inputs=False | same |
 | activation checkpointing | `checkpoint_wrapper(block)` (non-reentrant) before `fully_shard` | torchtitan `models/llama3/parallelize.py`: AC, then FSDP |

@@ -2,7 +2,7 @@
 
 | setting | value | source |
 | --- | --- | --- |
-| units | token embedding, each block, output projection | `patches/transformers.diff` (`run_clm.py`): `ya_fsdp_modules_to_wrap_with_names` |
+| units | token embedding, each block, output projection (on an HF model: `model.embed_tokens`, each decoder layer, `lm_head`) | `patches/transformers.diff` (`run_clm.py`): `ya_fsdp_modules_to_wrap_with_names` |
 | resident unit | every norm weight (found by type) plus parameters outside all units, gathered once per step | `ya_fsdp_layer_norm_module_cls` in the same patch |
 | param dtype / reduce dtype | job dtype / fp32 (`engine.reduce_dtype`) | the original class's default `bit16_reduce_scatter=False` |
 | activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |

@@ -157,3 +157,15 @@ def test_refuses_an_hf_config_with_the_native_implementation(tmp_path: Path) -> 
     error = _errors(tmp_path, write_config(tmp_path, "llama", LLAMA), impl="native")
     assert "add model_impl=hf" in error
     assert "model_impl='nope' is unknown" in _errors(tmp_path, "llama_tiny", impl="nope")
+
+
+def test_a_result_from_before_model_impl_stands_for_native_only() -> None:
+    from dataclasses import asdict
+
+    from harness.resume import config_differences
+
+    older = asdict(JobConfig())
+    del older["model_impl"]
+    assert config_differences(older, asdict(JobConfig(model_impl="native"))) == []
+    hf = config_differences(older, asdict(JobConfig(model_impl="hf")))
+    assert hf == ["model_impl: 'native' -> 'hf'"]
