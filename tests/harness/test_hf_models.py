@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,13 @@ def test_a_result_from_before_model_impl_stands_for_native_only() -> None:
     assert config_differences(older, asdict(JobConfig(model_impl="native"))) == []
     hf = config_differences(older, asdict(JobConfig(model_impl="hf")))
     assert hf == ["model_impl: 'native' -> 'hf'"]
+
+
+def test_without_transformers_only_hf_jobs_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    assert validation_errors(JobConfig(model="llama_tiny")) == []
+    errors = validation_errors(JobConfig(model="llama_tiny", model_impl="hf"))
+    assert errors == [
+        "model_impl=hf needs the transformers package, not installed here: "
+        "pip install 'transformers>=4.48,<6'"
+    ]
