@@ -10,6 +10,8 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "nccl", "gloo")
 # torch.optim.AdamW's implementations; every engine steps with the same one.
 ADAMW_IMPLS = ("fused", "foreach", "for-loop")
+# native: harness.models.llama; hf: the transformers causal LM of the same config.
+MODEL_IMPLS = ("native", "hf")
 
 
 @dataclass(kw_only=True)
@@ -47,9 +49,15 @@ class FaultConfig:
 FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
 
 
+# Fields added after results were first recorded, with the value those results ran with:
+# an older result.json without the field is read as having it (resume, the report).
+FIELDS_ADDED_LATER = {"model_impl": "native"}
+
+
 @dataclass(kw_only=True)
 class JobConfig:
-    model: str = "llama_tiny"
+    model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>
+    model_impl: str = "native"  # one of MODEL_IMPLS; an hf: model needs hf
     engine: EngineConfig = field(default_factory=EngineConfig)
     gpus: int = 2  # world size: GPUs, or ranks on CPU
     seq_len: int = 128

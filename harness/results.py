@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config import FIELDS_ADDED_LATER
 from harness.job_dir import RESULT_FILE
 from harness.result import (
     SCALAR_KINDS,
@@ -46,7 +47,7 @@ RESULTS_CSV = "results.csv"
 
 # What identifies a grid point; matched jobs share all of these and differ in `engine`.
 POINT_COLUMNS = ["model", "gpus", "seq_len", "ckpt_layers"]
-SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed"]
+SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed", "model_impl"]
 MATCH_COLUMNS = POINT_COLUMNS + SETTING_COLUMNS
 CONFIG_COLUMNS = [*MATCH_COLUMNS, "warmup_steps", "steps", "device"]
 ENV_COLUMNS = [
@@ -81,10 +82,12 @@ class Setting:
     grad_accum: Any
     dtype: Any
     seed: Any
+    model_impl: Any
     variant: str = ""
 
     def label(self) -> str:
-        """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0` plus the variant, if any."""
+        """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native` plus the
+        variant, if any."""
         label = ", ".join(f"{c}={getattr(self, c)}" for c in SETTING_COLUMNS)
         return f"{label}, {self.variant}" if self.variant else label
 
@@ -102,6 +105,7 @@ class GridPoint:
     @classmethod
     def of(cls, values: dict[str, Any], variant: str = "") -> GridPoint:
         """The point of a job whose MATCH_COLUMNS are `values`."""
+        values = {**FIELDS_ADDED_LATER, **{k: v for k, v in values.items() if v is not None}}
         setting = Setting(**{c: values.get(c) for c in SETTING_COLUMNS}, variant=variant)
         return cls(**{c: values.get(c) for c in POINT_COLUMNS}, setting=setting)
 
@@ -120,7 +124,7 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         "error": result.error or "",
     }
     for key in CONFIG_COLUMNS:
-        row[key] = config.get(key)
+        row[key] = config.get(key, FIELDS_ADDED_LATER.get(key))
     for key, value in flatten(config).items():
         row[CONFIG_PREFIX + key] = value if _is_scalar(value) else json.dumps(value)
 

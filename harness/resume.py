@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.config import FIELDS_ADDED_LATER
 from harness.job_dir import RESULT_FILE
 from harness.result import (
     RESULT_NEUTRAL_FIELDS,
@@ -37,7 +38,7 @@ def is_neutral(field: str) -> bool:
 
 def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
     """'field: stored -> requested' for every field that changes results and differs."""
-    old, new = flatten(stored), flatten(requested)
+    old, new = {**FIELDS_ADDED_LATER, **flatten(stored)}, flatten(requested)
     diffs = []
     for field in sorted(set(old) | set(new)):
         if is_neutral(field):

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from harness.config import ADAMW_IMPLS
 from harness.engines.base import Wrapped
+from harness.models.build import logits_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -42,7 +43,7 @@ def forward_backward(
     for micro in range(grad_accum):
         wrapped.before_micro_batch(micro)
         inputs, targets = batch(micro)
-        logits = wrapped.module(inputs)
+        logits = logits_of(wrapped.module(inputs))
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         (loss * wrapped.loss_scale).backward()
         part = loss.detach() / grad_accum

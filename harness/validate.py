@@ -9,9 +9,17 @@ import dataclasses
 import difflib
 from typing import Any
 
-from harness.config import ADAMW_IMPLS, BACKENDS, DEVICES, DTYPES, FAULT_KINDS, JobConfig
+from harness.config import (
+    ADAMW_IMPLS,
+    BACKENDS,
+    DEVICES,
+    DTYPES,
+    FAULT_KINDS,
+    MODEL_IMPLS,
+    JobConfig,
+)
 from harness.engines.registry import ADAPTER_NAMES
-from harness.models.shapes import MODEL_SHAPES
+from harness.models.shapes import HF_CONFIG_PREFIX, MODEL_SHAPES, ModelShape, is_hf_config
 from harness.slurm.resources import node_split_error
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
@@ -25,8 +33,26 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     `local_devices` is the number of GPUs on this machine when launching locally on GPUs.
     """
     errors: list[str] = []
-    if cfg.model not in MODEL_SHAPES:
-        errors.append(f"model={cfg.model!r} is unknown; choose one of: {', '.join(MODEL_SHAPES)}")
+    if cfg.model_impl not in MODEL_IMPLS:
+        errors.append(
+            f"model_impl={cfg.model_impl!r} is unknown; choose one of: {', '.join(MODEL_IMPLS)}"
+        )
+    elif is_hf_config(cfg.model) and cfg.model_impl != "hf":
+        errors.append(
+            f"model={cfg.model!r} is a Hugging Face config, which only transformers can build; "
+            "add model_impl=hf"
+        )
+    elif cfg.model_impl == "hf":
+        from harness.models.hf import transformers_missing
+
+        missing = transformers_missing()
+        if missing:
+            errors.append(missing)
+    if cfg.model not in MODEL_SHAPES and not is_hf_config(cfg.model):
+        errors.append(
+            f"model={cfg.model!r} is unknown; choose one of: {', '.join(MODEL_SHAPES)}, "
+            f"or {HF_CONFIG_PREFIX}<path to a Hugging Face config.json> with model_impl=hf"
+        )
     if cfg.engine.name not in ADAPTER_NAMES:
         errors.append(
             f"engine.name={cfg.engine.name!r} is unknown; choose one of: {', '.join(ADAPTER_NAMES)}"
@@ -69,7 +95,9 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     if errors:
         return errors
 
-    shape = MODEL_SHAPES[cfg.model]
+    shape = MODEL_SHAPES.get(cfg.model) or _hf_shape(cfg, errors)
+    if shape is None:
+        return errors
     if cfg.ckpt_layers > shape.n_layers:
         errors.append(
             f"ckpt_layers={cfg.ckpt_layers} is more than {cfg.model}'s {shape.n_layers} layers; "
@@ -100,6 +128,31 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     if cfg.device_memory_gb > 0:
         errors.extend(_fit_errors(cfg, shape.num_params()))
     return errors
+
+
+def _hf_shape(cfg: JobConfig, errors: list[str]) -> ModelShape | None:
+    """Build `model=hf:<path>` on the meta device (no memory) to learn its shapes, or add
+    why it cannot be trained."""
+    from harness.models.build import build_job_model
+    from harness.models.hf import HFModelError
+
+    try:
+        _, shape = build_job_model(cfg.model, cfg.model_impl)
+    except HFModelError as e:
+        errors.append(f"model={cfg.model!r}: {e}")
+        return None
+    if shape.tied_embeddings:
+        # Refused for every engine, so that matched jobs train the same model: the engines
+        # shard the embedding and the output projection as separate units.
+        errors.append(
+            f"model={cfg.model!r} ties its output projection to the token embedding "
+            f"(tie_word_embeddings), and engine={cfg.engine.name} cannot train that: yafsdp "
+            "shards each unit on its own and refuses a weight held by two units, FSDP2 "
+            "refuses one across groups, and the embedding and the output projection are "
+            'separate units for every engine. Set "tie_word_embeddings": false in the '
+            "config.json (training starts from fresh weights either way)"
+        )
+    return shape
 
 
 def _fit_errors(cfg: JobConfig, num_params: int) -> list[str]:

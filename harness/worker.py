@@ -17,13 +17,11 @@ import torch.distributed as dist
 from harness import metrics
 from harness.config import JobConfig
 from harness.data import token_batch
-from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers
-from harness.engines.registry import get_engine
+from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers, wrap_model
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
 from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
-from harness.models.llama import build_model
-from harness.models.shapes import get_shape
+from harness.models.build import build_job_model, decoder_parts, model_settings
 from harness.phase import report_phase
 from harness.rank_outcome import write_rank_outcome
 from harness.result import Result, make_result, write_result
@@ -92,7 +90,8 @@ def _synchronize(device: torch.device) -> None:
 def train(
     cfg: JobConfig, job_dir: Path, rank: int, world_size: int, device: torch.device, threads: int
 ) -> Result | None:
-    shape = get_shape(cfg.model)
+    model, shape = build_job_model(cfg.model, cfg.model_impl)  # on meta: no memory yet
+    model_impl_settings = model_settings(model)  # before an engine renames its class
     peak_flops, peak_source = _peak_flops(cfg, device)
     ctx = RunContext(
         rank=rank,
@@ -112,10 +111,9 @@ def train(
 
     def build() -> None:
         report_phase(job_dir, rank, "build")
-        model = build_model(shape, device="meta")
         # Checkpoint the block, then shard it: one place, the same for every engine.
-        checkpoint_first_layers(model.layers, cfg.ckpt_layers)
-        wrapped = get_engine(cfg.engine.name).wrap(model, ctx)
+        checkpoint_first_layers(decoder_parts(model).layers, cfg.ckpt_layers)
+        wrapped = wrap_model(model, ctx)
         state["wrapped"] = wrapped
         state["optimizer"] = build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
 
@@ -242,7 +240,7 @@ def train(
         env=env,
         metrics=result_metrics,
         profile=profile,
-        engine_settings=engine_settings(cfg, state["wrapped"].settings),
+        engine_settings=engine_settings(cfg, {**model_impl_settings, **state["wrapped"].settings}),
     )
     write_result(job_dir, result)
     return result

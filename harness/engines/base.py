@@ -78,6 +78,22 @@ class Engine(Protocol):
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped: ...
 
 
+def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
+    """Wrap `model` (on meta) with the engine `ctx.cfg.name`, its buffers kept.
+
+    Engines materialise parameters from `harness.init`; buffers (HF's rotary `inv_freq`)
+    are computed by the model's constructor, so their values are taken before and put
+    back after, whatever the engine's materialisation did to them.
+    """
+    from harness.engines.registry import get_engine
+    from harness.models.build import restore_buffers, snapshot_buffers
+
+    buffers = snapshot_buffers(model)
+    wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)
+    restore_buffers(wrapped.module, buffers, ctx.device)
+    return wrapped
+
+
 def checkpoint_first_layers(layers: nn.ModuleList, n: int) -> None:
     """Wrap the first n transformer blocks with non-reentrant activation checkpointing.
 

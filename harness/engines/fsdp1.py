@@ -6,7 +6,7 @@ yandex/YaFSDP's `examples/fsdp_config.yaml`; its patched `run_clm.py` built the 
 | setting | value | source |
 | --- | --- | --- |
 | sharding_strategy | FULL_SHARD | `examples/fsdp_config.yaml` `fsdp_sharding_strategy` |
-| units (auto-wrap) | token embedding, each block, output projection; the root keeps the final norm | `patches/transformers.diff` (`run_clm.py`): `lambda_auto_wrap_policy` on `embed_tokens`, `layers`, `lm_head` |
+| units (auto-wrap) | token embedding, each block, output projection; the root keeps the final norm (on an HF model: `model.embed_tokens`, each decoder layer, `lm_head`) | `patches/transformers.diff` (`run_clm.py`): `lambda_auto_wrap_policy` on `embed_tokens`, `layers`, `lm_head`; accelerate's `transformer_auto_wrap_policy` names the decoder-layer class |
 | backward_prefetch | BACKWARD_PRE | `fsdp_config.yaml` `fsdp_backward_prefetch` |
 | forward_prefetch | True | `fsdp_config.yaml` `fsdp_forward_prefetch` |
 | limit_all_gathers | True | accelerate 0.27.0 `FullyShardedDataParallelPlugin.limit_all_gathers` default (`utils/dataclasses.py`) |
@@ -27,6 +27,7 @@ from torch import nn
 
 from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
 from harness.init import initial_value
+from harness.models.build import decoder_parts
 
 
 class FSDP1Engine:
@@ -38,7 +39,8 @@ class FSDP1Engine:
         from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
 
         qualified_names = {module: name for name, module in model.named_modules()}
-        units = [model.tok_embeddings, *model.layers, model.output]
+        parts = decoder_parts(model)
+        units = [parts.embed, *parts.layers, parts.head]
         unit_ids = {id(m) for m in units}
 
         def materialise(module: nn.Module) -> None:
@@ -85,6 +87,9 @@ class FSDP1Engine:
             loss_scale=1.0 / ctx.grad_accum,
             settings={
                 "units": [canonical_module_name(qualified_names[m]) for m in units] + ["<root>"],
+                # accelerate's transformer_auto_wrap_policy names the decoder-layer class;
+                # the published patch adds the embedding and the output projection as units.
+                "auto_wrap": f"token embedding, each {parts.layer_class}, output projection",
                 "sharding_strategy": "FULL_SHARD",
                 "use_orig_params": False,
                 "backward_prefetch": "BACKWARD_PRE",

@@ -2,7 +2,7 @@
 
 | setting | value | source |
 | --- | --- | --- |
-| groups | `tok_embeddings`; each block; `[norm, output]`; the root (owns nothing else) | torchtitan `torchtitan/distributed/fsdp.py` `apply_fsdp_to_decoder` |
+| groups | `tok_embeddings`; each block; `[norm, output]`; the root (owns nothing else); on an HF model `model.embed_tokens`, each of `model.layers`, `[model.norm, lm_head]` | torchtitan `torchtitan/distributed/fsdp.py` `apply_fsdp_to_decoder` |
 | reshard_after_forward | True for the embedding and the blocks, False for `[norm, output]` (backward needs them at once) | same, policy "default" without pipeline parallelism |
 | mp_policy | param_dtype = job dtype, reduce_dtype = engine.reduce_dtype (fp32), cast_forward_inputs=False | same |
 | activation checkpointing | `checkpoint_wrapper(block)` (non-reentrant) before `fully_shard` | torchtitan `models/llama3/parallelize.py`: AC, then FSDP |
@@ -29,6 +29,7 @@ from harness.engines.base import (
     dtype_name,
 )
 from harness.init import init_weights
+from harness.models.build import decoder_parts
 
 
 class FSDP2Engine:
@@ -42,11 +43,12 @@ class FSDP2Engine:
         policy = MixedPrecisionPolicy(
             param_dtype=ctx.param_dtype, reduce_dtype=ctx.reduce_dtype, cast_forward_inputs=False
         )
-        head = [model.norm, model.output]
-        fully_shard(model.tok_embeddings, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
+        parts = decoder_parts(model)
+        head = [parts.norm, parts.head]
+        fully_shard(parts.embed, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
         # The last modules of forward are the first of backward: keep them unsharded.
         fully_shard(head, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
-        for layer in model.layers:
+        for layer in parts.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         model.to_empty(device=ctx.device)
@@ -54,7 +56,7 @@ class FSDP2Engine:
         if ctx.cfg.async_unshard:
             # A private switch in torch 2.6+; the tuned variant cannot exist without it.
             model._set_unshard_async_op(True)
-            prefetch_chain([model.tok_embeddings, *model.layers], head)
+            prefetch_chain([parts.embed, *parts.layers], head)
 
         params = list(model.parameters())
         groups = fsdp2_groups(model)

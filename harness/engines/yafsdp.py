@@ -2,7 +2,7 @@
 
 | setting | value | source |
 | --- | --- | --- |
-| units | token embedding, each block, output projection | `patches/transformers.diff` (`run_clm.py`): `ya_fsdp_modules_to_wrap_with_names` |
+| units | token embedding, each block, output projection (on an HF model: `model.embed_tokens`, each decoder layer, `lm_head`) | `patches/transformers.diff` (`run_clm.py`): `ya_fsdp_modules_to_wrap_with_names` |
 | resident unit | every norm weight (found by type) plus parameters outside all units, gathered once per step | `ya_fsdp_layer_norm_module_cls` in the same patch |
 | param dtype / reduce dtype | job dtype / fp32 (`engine.reduce_dtype`) | the original class's default `bit16_reduce_scatter=False` |
 | activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |
@@ -19,6 +19,7 @@ from torch import nn
 
 from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
 from harness.init import initial_value
+from harness.models.build import decoder_parts
 from yafsdp_impl import YaFSDP
 
 
@@ -28,7 +29,8 @@ class YaFSDPEngine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         # The model stays on the meta device: the engine asks for each parameter's initial
         # value only where it overlaps this rank's shards, so no rank holds the full model.
-        units = [model.tok_embeddings, *model.layers, model.output]
+        parts = decoder_parts(model)
+        units = [parts.embed, *parts.layers, parts.head]
         names = {module: name for name, module in model.named_modules()}
         unit_names = [names[m] for m in units]
         engine = YaFSDP(

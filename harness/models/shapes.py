@@ -17,6 +17,11 @@ class ModelShape:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     max_seq_len: int = 8192
+    # What a Hugging Face config adds to the Llama arithmetic: parameters per layer beyond
+    # the Llama block's (Qwen2's q/k/v biases), and an output projection that is the token
+    # embedding (counted once in num_params, still a matmul in the FLOPs).
+    extra_layer_params: int = 0
+    tied_embeddings: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -27,7 +32,7 @@ class ModelShape:
         attention = self.dim * self.dim * 2 + self.dim * kv_dim * 2  # wq, wo, wk, wv
         ffn = 3 * self.dim * self.ffn_dim  # w1, w2, w3
         norms = 2 * self.dim
-        return attention + ffn + norms
+        return attention + ffn + norms + self.extra_layer_params
 
     def num_params(self, *, non_embedding: bool = False) -> int:
         """Total parameters; with non_embedding, without the token embedding (torchtitan's N').
@@ -38,7 +43,7 @@ class ModelShape:
         without_embedding = (
             self.n_layers * self.layer_params() + self.dim + self.vocab_size * self.dim
         )
-        if non_embedding:
+        if non_embedding or self.tied_embeddings:
             return without_embedding
         return without_embedding + self.vocab_size * self.dim  # untied token embedding
 
@@ -158,3 +163,11 @@ def get_shape(name: str) -> ModelShape:
         raise ValueError(
             f"model={name!r} is unknown; choose one of: {', '.join(MODEL_SHAPES)}"
         ) from None
+
+
+# `model=hf:<path to a config.json>`: a Hugging Face config instead of a preset.
+HF_CONFIG_PREFIX = "hf:"
+
+
+def is_hf_config(model: str) -> bool:
+    return str(model).startswith(HF_CONFIG_PREFIX)

@@ -1,7 +1,8 @@
-"""All engines in one 2-rank process group, stepped in turn, so that load from other
-processes on a shared machine falls on every engine alike (separate jobs cannot promise
-that). Each rank uses 1 thread; the same per-rank batch for every engine; the timed step is
-`harness.train_step.train_step`, the one every job times (clipping included)."""
+"""Engines (or one engine on two model implementations) in one 2-rank process group,
+stepped in turn, so that load from other processes on a shared machine falls on every run
+alike (separate jobs cannot promise that). Each rank uses 1 thread; the same per-rank batch
+for every run; the timed step is `harness.train_step.train_step`, the one every job times
+(clipping included)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
-from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers
-from harness.engines.registry import ENGINES, get_engine
-from harness.models.llama import build_model
+from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers, wrap_model
+from harness.engines.registry import ENGINES
+from harness.memory import cpu_peak_allocated
+from harness.models.build import build_job_model, decoder_parts
 from harness.train_step import build_optimizer, train_step
+
+# label -> (engine label, model_impl)
+Runs = dict[str, tuple[str, str]]
 
 
 def interleaved_step_times(
@@ -28,10 +33,31 @@ def interleaved_step_times(
     dtype: str = JobConfig.dtype,
 ) -> dict[str, float]:
     """Median step time (slowest rank) per engine over `rounds` rounds of one step each."""
+    runs = {label: (label, "native") for label in ENGINES}
+    measured = interleaved_runs(rank, world_size, model, seq_len, rounds, warmup, dtype, runs)
+    return {label: m["step_s"] for label, m in measured.items()}
+
+
+def interleaved_runs(
+    rank: int,
+    world_size: int,
+    model: str,
+    seq_len: int,
+    rounds: int,
+    warmup: int,
+    dtype: str,
+    runs: Runs,
+    step_memory: bool = False,
+) -> dict[str, dict[str, float]]:
+    """Per run: `step_s`, the median step time (slowest rank) over `rounds` rounds of one
+    step each; with step_memory, also `step_peak_bytes`, the most a step allocated above
+    what was held before it (activations, gathered weights, gradients, transients; the
+    largest rank's), from one more step under the profiler's memory tracking."""
     job = JobConfig(model=model, seq_len=seq_len, dtype=dtype)  # else a job's defaults
-    vocab = build_model(model).shape.vocab_size
-    runs = {}
-    for label, spec in ENGINES.items():
+    wrapped_runs = {}
+    vocab = 0
+    for label, (engine, impl) in runs.items():
+        spec = ENGINES[engine]
         ctx = RunContext(
             rank=rank,
             world_size=world_size,
@@ -43,15 +69,17 @@ def interleaved_step_times(
             seed=job.seed,
             cfg=spec.config(),
         )
-        module = build_model(model)
-        checkpoint_first_layers(module.layers, job.ckpt_layers)
-        wrapped = get_engine(spec.name).wrap(module, ctx)
-        runs[label] = (wrapped, build_optimizer(wrapped.params, lr=job.lr, impl=job.adamw_impl))
+        module, shape = build_job_model(model, impl)
+        vocab = shape.vocab_size
+        checkpoint_first_layers(decoder_parts(module).layers, job.ckpt_layers)
+        wrapped = wrap_model(module, ctx)
+        optimizer = build_optimizer(wrapped.params, lr=job.lr, impl=job.adamw_impl)
+        wrapped_runs[label] = (wrapped, optimizer)
 
     gen = torch.Generator().manual_seed(rank)
 
     def step(label: str) -> float:
-        wrapped, opt = runs[label]
+        wrapped, opt = wrapped_runs[label]
         tokens = torch.randint(0, vocab, (job.micro_batch, seq_len + 1), generator=gen)
         dist.barrier()
         start = time.perf_counter()
@@ -66,10 +94,17 @@ def interleaved_step_times(
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         return elapsed.item()
 
-    times: dict[str, list[float]] = {label: [] for label in runs}
+    times: dict[str, list[float]] = {label: [] for label in wrapped_runs}
     for r in range(warmup + rounds):
-        for label in runs:
+        for label in wrapped_runs:
             t = step(label)
             if r >= warmup:
                 times[label].append(t)
-    return {label: statistics.median(ts) for label, ts in times.items()}
+    out = {label: {"step_s": statistics.median(ts)} for label, ts in times.items()}
+    if step_memory:
+        for label in wrapped_runs:
+            _, peak = cpu_peak_allocated(lambda label=label: step(label))
+            largest = torch.tensor(float(peak))
+            dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+            out[label]["step_peak_bytes"] = largest.item()
+    return out

@@ -303,13 +303,13 @@ def test_one_table_per_setting_when_settings_differ(tmp_path: Path) -> None:
     section = text.split("### YaFSDP vs FSDP1")[1]
     assert section.count(HEADER) == 2
     bf16, fp32 = section.split("Setting: ")[1:3]
-    assert bf16.startswith("micro_batch=1, grad_accum=1, dtype=bf16, seed=0.")
+    assert bf16.startswith("micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native.")
     assert "| 10.00% (spread 0.00%) | 0.9000 | 1.000 |" in bf16
     assert "| 25.00% (spread 0.00%) | 1.500 | 2.000 |" in fp32
     figs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("speedup_*.png"))
     assert figs == [
-        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_bf16_seed_0.png",
-        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_fp32_seed_0.png",
+        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_bf16_seed_0_model_impl_native.png",
+        "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_fp32_seed_0_model_impl_native.png",
     ]
 
 

@@ -47,8 +47,9 @@ def test_jobs_differing_in_an_unmatched_field_are_all_shown(tmp_path: Path) -> N
     assert sorted(table["config.lr"]) == [3e-4, 3e-4, 1e-2, 1e-2]
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "runs; using" not in text, "a job was taken for a repeat of another"
-    assert "Setting: micro_batch=1, grad_accum=1, dtype=bf16, seed=0, lr=0.01." in text
-    assert "Setting: micro_batch=1, grad_accum=1, dtype=bf16, seed=0, lr=0.0003." in text
+    setting = "Setting: micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native"
+    assert f"{setting}, lr=0.01." in text
+    assert f"{setting}, lr=0.0003." in text
     timing = text.split("## Iteration time and noise")[1].split("## ")[0]
     assert "| engine | setting |" in timing
     assert timing.count("lr=0.01 |") == 2 and timing.count("lr=0.0003 |") == 2

@@ -60,7 +60,8 @@ def test_failures_table_shows_the_last_line_of_the_error() -> None:
                       "setting", "status", "reason"]  # fmt: skip
     assert rows == [
         ["`fsdp1`", "llama_tiny", 2, 128, 0, "fsdp1",
-         "micro_batch=1, grad_accum=1, dtype=bf16, seed=0", "failed", "ValueError: y"],
+         "micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native", "failed",
+         "ValueError: y"],
     ]  # fmt: skip
 
 

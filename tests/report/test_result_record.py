@@ -53,5 +53,10 @@ def test_a_grid_point_names_its_coordinates_and_setting() -> None:
     values |= dict(micro_batch=1, grad_accum=2, dtype="bf16", seed=0)
     point = GridPoint.of(values, variant="lr=0.01")
     assert (point.model, point.seq_len, point.setting.grad_accum) == ("llama_tiny", 128, 2)
-    assert point.setting.label() == "micro_batch=1, grad_accum=2, dtype=bf16, seed=0, lr=0.01"
+    label = "micro_batch=1, grad_accum=2, dtype=bf16, seed=0, model_impl=native, lr=0.01"
+    assert point.setting.label() == label
     assert point == GridPoint.of(values, variant="lr=0.01") != GridPoint.of(values)
+    # A job recorded before model_impl existed ran the native model; HF jobs never match it.
+    hf = GridPoint.of(values | {"model_impl": "hf"})
+    assert hf.setting.label().endswith("model_impl=hf")
+    assert GridPoint.of(values | {"model_impl": "native"}) == GridPoint.of(values) != hf
