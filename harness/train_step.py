@@ -19,9 +19,7 @@ from harness.models.build import logits_of
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def build_optimizer(
-    params: Iterable[torch.nn.Parameter], *, lr: float, impl: str
-) -> torch.optim.AdamW:
+def build_optimizer(params: Iterable[torch.Tensor], *, lr: float, impl: str) -> torch.optim.AdamW:
     """AdamW with the implementation `impl` (fused, foreach or for-loop), for every engine."""
     if impl not in ADAMW_IMPLS:
         raise ValueError(f"adamw_impl={impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}")

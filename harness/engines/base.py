@@ -59,7 +59,7 @@ class Wrapped:
     """
 
     module: nn.Module
-    params: Iterable[nn.Parameter]
+    params: Iterable[torch.Tensor]  # what the optimizer steps (parameters or fp32 masters)
     clip_grad_norm_: Callable[[float], torch.Tensor]
     loss_scale: float = 1.0
     before_micro_batch: Callable[[int], None] = lambda micro_idx: None
@@ -110,7 +110,7 @@ def checkpoint_first_layers(layers: nn.ModuleList, n: int) -> None:
         layers[i] = checkpoint_wrapper(layers[i], checkpoint_impl=CheckpointImpl.NO_REENTRANT)
 
 
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Clip by the global L2 norm as torchtitan does (plain tensors or DTensor shards): one
     foreach norm, reduced across ranks for DTensors; returns the norm before clipping."""
     grads = [p.grad for p in params if p.grad is not None]

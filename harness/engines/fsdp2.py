@@ -17,9 +17,13 @@ tuned variant is what lets communication overlap compute there at all.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
+
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed.fsdp import FSDPModule
 
 from harness.engines.base import (
     RunContext,
@@ -50,15 +54,15 @@ class FSDP2Engine:
         fully_shard(head, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
         for layer in parts.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+        sharded = fully_shard(model, mesh=mesh, mp_policy=policy)
         model.to_empty(device=ctx.device)
         init_weights(model, ctx.seed)
         if ctx.cfg.async_unshard:
             # A private switch in torch 2.6+; the tuned variant cannot exist without it.
-            model._set_unshard_async_op(True)
+            sharded._set_unshard_async_op(True)
             prefetch_chain([parts.embed, *parts.layers], head)
 
-        params = list(model.parameters())
+        params: list[torch.Tensor] = list(model.parameters())
         groups = fsdp2_groups(model)
         sync_every = ctx.cfg.sync_every_micro_batch
         return Wrapped(
@@ -66,7 +70,7 @@ class FSDP2Engine:
             params=params,
             clip_grad_norm_=lambda max_norm: clip_grad_norm(params, max_norm),
             loss_scale=1.0 / ctx.grad_accum,
-            before_micro_batch=lambda i: model.set_requires_gradient_sync(
+            before_micro_batch=lambda i: sharded.set_requires_gradient_sync(
                 sync_every or i == ctx.grad_accum - 1
             ),
             settings={
@@ -85,12 +89,15 @@ class FSDP2Engine:
 
 def prefetch_chain(chain: list[nn.Module], head: list[nn.Module]) -> None:
     """Explicit prefetch along execution order: forward unshards the next group during the
-    current one (the last block prefetches `head`), backward the previous one."""
-    for i, module in enumerate(chain):
-        module.set_modules_to_forward_prefetch([chain[i + 1]] if i + 1 < len(chain) else head)
+    current one (the last block prefetches `head`), backward the previous one. Every module
+    here has been through fully_shard."""
+    units = cast("list[FSDPModule]", chain)
+    after = cast("list[FSDPModule]", head)
+    for i, module in enumerate(units):
+        module.set_modules_to_forward_prefetch([units[i + 1]] if i + 1 < len(units) else after)
         if i > 0:
-            module.set_modules_to_backward_prefetch([chain[i - 1]])
-    head[-1].set_modules_to_backward_prefetch([chain[-1]])
+            module.set_modules_to_backward_prefetch([units[i - 1]])
+    after[-1].set_modules_to_backward_prefetch([units[-1]])
 
 
 def fsdp2_groups(model: nn.Module) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from harness.gpucheck.training import (
     optimizer_step,
     train_step,
 )
+from harness.models.build import decoder_parts
 from harness.models.shapes import ModelShape, get_shape
 
 SMALL = "llama_mini"
@@ -201,8 +202,8 @@ def build_probe(device: torch.device) -> Trainee:
 
 def unit_forward_times(t: Trainee, steps: int = 3) -> list[float]:
     """Median forward compute of each unit (embedding, layers, output), in seconds."""
-    model = t.wrapped.module
-    units = [model.tok_embeddings, *model.layers, model.output]
+    parts = decoder_parts(t.wrapped.module)
+    units = [parts.embed, *parts.layers, parts.head]
     samples: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in units]
     handles = []
     for i, unit in enumerate(units):

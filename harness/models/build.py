@@ -5,6 +5,7 @@ through an engine's materialisation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -90,5 +91,5 @@ def model_settings(model: nn.Module) -> dict[str, str]:
     return {
         "model_impl": "hf",
         "model_class": f"transformers {transformers.__version__} {type(model).__name__}",
-        "attention": str(model.config._attn_implementation),
+        "attention": str(cast(Any, model).config._attn_implementation),
     }

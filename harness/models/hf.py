@@ -49,7 +49,8 @@ def llama_config(shape: ModelShape) -> PretrainedConfig:
     """A `LlamaConfig` with the preset's shapes: the model the native Llama reimplements."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(
+    # transformers 5 takes rope_theta as a legacy keyword and files it in rope_parameters
+    fields: dict[str, Any] = dict(
         vocab_size=shape.vocab_size,
         hidden_size=shape.dim,
         intermediate_size=shape.ffn_dim,
@@ -64,6 +65,7 @@ def llama_config(shape: ModelShape) -> PretrainedConfig:
         mlp_bias=False,
         tie_word_embeddings=False,
     )
+    return LlamaConfig(**fields)
 
 
 def config_path(model: str) -> Path:
@@ -127,7 +129,7 @@ def _parameters_on_meta() -> Iterator[None]:
             meta = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
             module._parameters[name] = meta
 
-    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -166,11 +168,12 @@ def missing_parts(model: nn.Module) -> list[str]:
 
 
 def _get(module: nn.Module, path: str) -> Any:
+    found: Any = module
     for part in path.split("."):
-        module = getattr(module, part, None)
-        if module is None:
+        found = getattr(found, part, None)
+        if found is None:
             return None
-    return module
+    return found
 
 
 def tied_embeddings(model: nn.Module) -> bool:
@@ -206,4 +209,5 @@ def _fields(shape: ModelShape) -> dict[str, Any]:
 
 def hf_parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
     """(token embedding, decoder layers, final norm, output projection)."""
-    return tuple(_get(model, p) for p in (EMBED, LAYERS, NORM, HEAD))  # type: ignore[return-value]
+    embed, layers, norm, head = (_get(model, p) for p in (EMBED, LAYERS, NORM, HEAD))
+    return embed, layers, norm, head
