@@ -32,8 +32,9 @@ class LayerFootprint:
     saved: held from the end of its forward until its backward (its output included: what
         follows saves it). fwd_peak: the most held above its input during forward.
     bwd_peak: the most held during its backward above what was held when it began (its
-        saved bytes and the incoming gradient). Weight gradients are not in it: each
-        engine holds them in its own way (`memory.py`).
+        saved bytes and the incoming gradient). Weight gradients are computed (so the
+        inputs they need are saved) but not counted: each engine holds them in its own
+        way (`memory.py`).
     """
 
     saved: int
@@ -55,10 +56,13 @@ class ActivationFootprint:
 class _LiveBytes:
     """Bytes of the storages alive now, and the most since `restart()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, weight_shapes: set[tuple[int, ...]]) -> None:
         self.live = 0
         self.peak = 0
         self._seen: dict[int, int] = {}
+        # Weight gradients: recognised by shape, which no activation shares at the probe's
+        # token count (checked by the probe).
+        self._weight_shapes = weight_shapes
 
     def restart(self) -> int:
         self.peak = self.live
@@ -72,7 +76,7 @@ class _LiveBytes:
     def track(self, tensor: Any) -> None:
         import torch
 
-        if not isinstance(tensor, torch.Tensor):
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) in self._weight_shapes:
             return
         storage = tensor.untyped_storage()
         key = storage._cdata
@@ -131,7 +135,11 @@ def _native_footprint(
 
     shape = get_shape(model)
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    counter = _LiveBytes()
+    dims = {shape.dim, shape.ffn_dim, shape.vocab_size, shape.n_kv_heads * shape.head_dim}
+    if seq_len * micro_batch in dims:
+        raise ValueError(f"probe tokens {seq_len * micro_batch} equal a dimension of {model}")
+    weight_shapes: set[tuple[int, ...]] = set()
+    counter = _LiveBytes(weight_shapes)
     default = torch.get_default_dtype()
     # Fake CPU tensors, not meta ones: attention then takes the fused kernel a real run
     # takes (saving its output and log-sum-exp), where meta would take the math path.
@@ -143,11 +151,14 @@ def _native_footprint(
             output = torch.nn.Linear(shape.dim, shape.vocab_size, bias=False)
         finally:
             torch.set_default_dtype(default)
-        for m in (block, norm, output):
-            m.requires_grad_(False)  # activation gradients only (see LayerFootprint)
+        weights = [p for m in (block, norm, output) for p in m.parameters()]
+        for w in weights:  # computed (their inputs are saved for them) but never kept
+            w.register_post_accumulate_grad_hook(lambda param: setattr(param, "grad", None))
         rope = rope_tables(shape.head_dim, seq_len, shape.rope_theta, torch.device("cpu"))
         hidden = (micro_batch, seq_len, shape.dim)
         targets = torch.zeros(micro_batch * seq_len, dtype=torch.long)
+        for w in weights:  # and transposed: mm may make a weight's gradient that way
+            weight_shapes.update({tuple(w.shape), tuple(reversed(w.shape))})
         for m in (block, norm, output):
             counter.ignore(m.parameters())
         counter.ignore([rope, targets])
@@ -182,8 +193,8 @@ ACTIVATION_PROBES: dict[str, Callable[[str, int, str], ActivationFootprint]] = {
 # Every activation of these models is a multiple of the tokens in the micro-batch (fused
 # attention keeps no seq x seq matrix), so one probe at this many tokens, scaled, gives
 # every sequence length and micro-batch exactly.
-PROBE_TOKENS = 64
-_CACHE_VERSION = 2
+PROBE_TOKENS = 48
+_CACHE_VERSION = 4
 
 
 def activation_footprint(

@@ -76,7 +76,7 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
     moments: dict[str, dict[str, int]] = {}
     for name, held in timeline.items():
         total = dict(static)
-        for cls, n in {**held, **_sum_dicts(in_flight.get(_phase(name), {}))}.items():
+        for cls, n in {**held, **in_flight.get(_phase(name), {})}.items():
             total[cls] = total.get(cls, 0) + n
         moments[name] = total
     for name, extra in in_flight.items():  # engine moments without activations
@@ -90,10 +90,6 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
         moment=peak_name,
         moments={k: sum(v.values()) for k, v in moments.items()},
     )
-
-
-def _sum_dicts(d: dict[str, int]) -> dict[str, int]:
-    return d
 
 
 def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -259,6 +255,10 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
     p = DTYPE_BYTES[case.dtype]
     static = _sharded_states(units.shard)
     block, out, emb = units.block * p, units.output * p, units.embedding * p
+    # FSDP1 (use_orig_params=False) gets each weight's gradient through a view of the flat
+    # parameter: at a unit's end the per-weight gradients and the flat one they are
+    # concatenated into are both held. FSDP2 keeps per-parameter gradients only.
+    grads = 1 if fsdp2 else 2
     ahead = forward_ahead * block
 
     # On a GPU the previous unit's reduce-scatter runs on its own stream while the next
@@ -275,14 +275,15 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
         "backward: loss": {"unsharded_weights": kept},
         "backward: projection": {"unsharded_weights": out + block, "unsharded_grads": out},
         "backward: output reduce": _merge(
-            {"unsharded_weights": kept + block, "unsharded_grads": out}, reduce(units.output)
+            {"unsharded_weights": kept + block, "unsharded_grads": grads * out},
+            reduce(units.output),
         ),
         "backward: block": _merge(
-            {"unsharded_weights": 2 * block, "unsharded_grads": block},
+            {"unsharded_weights": 2 * block, "unsharded_grads": grads * block},
             _merge(reduce(units.block), previous_rs),
         ),
         "backward: embedding": _merge(
-            {"unsharded_weights": emb, "unsharded_grads": emb}, reduce(units.embedding)
+            {"unsharded_weights": emb, "unsharded_grads": grads * emb}, reduce(units.embedding)
         ),
     }
     return static, in_flight
