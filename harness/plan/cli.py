@@ -43,21 +43,25 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
     )
     parser = OverridesParser.create()
     parsed = parser.parse_overrides(overrides)
+    _refuse_unknown_keys([o.get_key_element() for o in parsed])
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
     swept = {o.get_key_element(): list(o.sweep_string_iterator()) for o in parsed
              if o.is_sweep_override()}  # fmt: skip
     GlobalHydra.instance().clear()
     configs = []
     with initialize_config_dir(config_dir=str(SWEEPS_DIR), version_base="1.3"):
-        base = compose("config", overrides=fixed, return_hydra_config=True)
-        preset = dict(base.hydra.sweeper.get("params") or {})
-        for key, values in preset.items():
+        preset = compose("config", overrides=fixed, return_hydra_config=True)
+        for key, values in dict(preset.hydra.sweeper.get("params") or {}).items():
             if key not in swept:
                 swept[key] = [v.strip() for v in str(values).split(",")]
+        base = compose("config", overrides=fixed)
+        fixed_values = [o for o in parsed if not o.is_sweep_override() and not _is_group(o)]
         keys = list(swept)
         for combo in itertools.product(*(swept[k] for k in keys)):
             extra = [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
-            cfg = compose("config", overrides=fixed + extra)
+            cfg = _applied(base, parser.parse_overrides(extra), fixed_values)
+            if cfg is None:  # an option with a defaults list of its own: let Hydra compose
+                cfg = compose("config", overrides=fixed + extra)
             errors = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))
             if errors:
                 raise PlanError("; ".join(errors))
@@ -67,6 +71,47 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
                 raise PlanError(f"{' '.join(extra) or 'the job'}: " + "; ".join(errors))
             configs.append(job)
     return configs
+
+
+def _is_group(override: Any) -> bool:
+    return (SWEEPS_DIR / override.get_key_element()).is_dir()
+
+
+def _applied(base: Any, swept: list[Any], fixed_values: list[Any]) -> Any:
+    """`base` with the swept options applied as Hydra would: a group's option file merged
+    (at the root for `@package _global_`, else under the group), then the command line's
+    values, which win over any option. None where an option has a defaults list."""
+    from omegaconf import OmegaConf
+
+    cfg = base.copy()
+    for o in [o for o in swept if _is_group(o)]:
+        group = o.get_key_element()
+        path = SWEEPS_DIR / group / f"{o.value()}.yaml"
+        if not path.is_file():
+            raise PlanError(f"{group}={o.value()} is not an option of {group}: no {path.name}")
+        option = OmegaConf.load(path)
+        if "defaults" in option:
+            return None
+        is_global = "@package _global_" in path.read_text().splitlines()[0]
+        cfg = OmegaConf.merge(cfg, option if is_global else {group: option})
+    for o in [*fixed_values, *[o for o in swept if not _is_group(o)]]:
+        OmegaConf.update(cfg, o.get_key_element(), o.value(), merge=True)
+    return cfg
+
+
+def _refuse_unknown_keys(keys: list[str]) -> None:
+    """Name the field a mistyped key most likely meant (Hydra only says it cannot)."""
+    import dataclasses
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(JobConfig)]
+    known += [p.name for p in SWEEPS_DIR.iterdir() if p.is_dir()]  # groups: hardware, point...
+    for key in keys:
+        top = key.lstrip("+~").split(".")[0].split("@")[0]
+        if top not in known:
+            close = difflib.get_close_matches(top, known, n=1)
+            hint = f"did you mean {close[0]}=?" if close else "see harness/config.py"
+            raise PlanError(f"{top} is not a field of the job config; {hint}")
 
 
 def _gb(n: int | float | None) -> str:

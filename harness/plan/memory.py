@@ -75,10 +75,7 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
     static, in_flight = ENGINE_MODELS[case.engine](case)
     moments: dict[str, dict[str, int]] = {}
     for name, held in timeline.items():
-        total = dict(static)
-        for cls, n in {**held, **in_flight.get(_phase(name), {})}.items():
-            total[cls] = total.get(cls, 0) + n
-        moments[name] = total
+        moments[name] = _merge(_merge(static, held), in_flight.get(_phase(name), {}))
     for name, extra in in_flight.items():  # engine moments without activations
         if name.startswith("after"):
             moments[name] = _merge(static, extra)
@@ -163,6 +160,13 @@ def _sharded_states(shard_elements: int) -> dict[str, int]:
     }
 
 
+@functools.lru_cache(maxsize=16)
+def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
+    from harness.models.llama import build_model
+
+    return build_model(model, device="meta")
+
+
 @functools.lru_cache(maxsize=64)
 def yafsdp_buffers(
     model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
@@ -172,12 +176,11 @@ def yafsdp_buffers(
     import torch
 
     from harness.engines.base import DTYPES
-    from harness.models.llama import build_model
     from yafsdp_impl.buffers import Buffers
     from yafsdp_impl.layout import build_layout
     from yafsdp_impl.plan import choose_plan
 
-    m = build_model(model, device="meta")
+    m = _meta_model(model)
     layout = build_layout(m, [m.tok_embeddings, *m.layers, m.output], world_size)
     plan = choose_plan(
         layout,

@@ -125,12 +125,20 @@ def predict_time(cfg: JobConfig, measured: Bandwidth | None = None) -> TimeEstim
 
 
 def smallest_fitting_ckpt(cfg: JobConfig) -> int | None:
-    """The fewest checkpointed layers with which the job fits its device memory."""
+    """The fewest checkpointed layers with which the job fits its device memory (a binary
+    search: each checkpointed layer holds its input instead of its activations)."""
     have = cfg.device_memory_gb * GIB
-    for n in range(get_shape(cfg.model).n_layers + 1):
-        if estimate_memory(memory_case(cfg, n)).peak_bytes <= have:
-            return n
-    return None
+
+    def fits(n: int) -> bool:
+        return estimate_memory(memory_case(cfg, n)).peak_bytes <= have
+
+    lo, hi = 0, get_shape(cfg.model).n_layers
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo
 
 
 def plan_row(cfg: JobConfig, measured: Bandwidth | None = None) -> PlanRow:
