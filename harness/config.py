@@ -92,6 +92,8 @@ class JobConfig:
     collective_timeout_s: float = 300.0
     job_timeout_s: float = 3600.0  # wall-clock limit of the whole job
     memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
+    # measure all-gather/reduce-scatter bus bandwidth at the job's unit sizes at its start
+    probe_bandwidth: bool = False
     device_spec: DeviceSpec = field(default_factory=DeviceSpec)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)

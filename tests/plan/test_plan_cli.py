@@ -79,3 +79,19 @@ def test_cpu_profile_predicts_memory_but_no_time(capsys) -> None:
     (row,) = _json_rows(capsys, "hardware=cpu", "model=llama_tiny", "engine=yafsdp")
     assert row["peak_memory_bytes"] > 0
     assert row["fits"] is None and row["iteration_time_s"] is None
+
+
+def test_calibration_replaces_the_profile_bandwidth(capsys, tmp_path) -> None:
+    job = tmp_path / "sweep" / "model=llama2_7b"
+    job.mkdir(parents=True)
+    probe = {"backend": "nccl", "world_size": 8, "nodes": 1,
+             "all_gather": [{"bytes": 2**28, "seconds": 0.01, "bus_gbps": 30.0}]}  # fmt: skip
+    (job / "result.json").write_text(json.dumps({"metrics": {"bandwidth": probe}}))
+    point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
+    (datasheet,) = _json_rows(capsys, *point)
+    (measured,) = _json_rows(capsys, f"calibration={tmp_path / 'sweep'}", *point)
+    assert measured["compute_s"] == datasheet["compute_s"]
+    # a tenth of the datasheet's NVLink bandwidth: more communication left exposed
+    assert measured["exposed_comm_s"] > datasheet["exposed_comm_s"]
+    assert main([f"calibration={tmp_path}/none", *point]) == 2
+    assert "is not a directory" in capsys.readouterr().err
