@@ -89,6 +89,12 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
     )
 
 
+def held_all_step(case: MemoryCase) -> dict[str, int]:
+    """The bytes by class an engine holds from one step to the next: sharded states and
+    (for yafsdp) its buffers; what `estimate_memory` adds moments to."""
+    return ENGINE_MODELS[case.engine](case)[0]
+
+
 def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     out = dict(a)
     for k, v in b.items():

@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from harness.models.llama import build_model
-from harness.plan.memory import MemoryCase, estimate_memory
+from harness.plan.memory import MemoryCase, held_all_step
 
 RELATIVE = 0.01
 
@@ -23,7 +23,7 @@ def fake_world(request):
 def _planned(model: str, engine: str, world_size: int) -> dict[str, int]:
     case = MemoryCase(model=model, engine=engine, world_size=world_size, seq_len=2048,
                       ckpt_layers=0, dtype="bf16")  # fmt: skip
-    return estimate_memory(case).by_class
+    return held_all_step(case)
 
 
 @pytest.mark.parametrize("fake_world", [256], indirect=True)
