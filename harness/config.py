@@ -38,6 +38,27 @@ class ProfileConfig:
 
 
 @dataclass(kw_only=True)
+class DeviceSpec:
+    """What the planner (`harness.plan`) needs to know of one device and its network.
+
+    Each profile in `sweeps/hardware/` fills it and names the public source of every
+    figure; 0 means unknown (the planner then predicts memory only).
+    """
+
+    name: str = "unknown"
+    peak_tflops: float = 0.0  # dense tensor-core TFLOP/s in the job's dtype (bf16)
+    memory_gbps: float = 0.0  # device memory bandwidth, GB/s
+    intra_node_bus_gbps: float = 0.0  # per GPU, to the GPUs of its node, one direction
+    inter_node_bus_gbps: float = 0.0  # per-GPU bandwidth off the node, one direction
+    collective_base_latency_us: float = 0.0  # fixed cost of launching one collective
+    intra_node_step_latency_us: float = 0.0  # per ring step inside a node
+    inter_node_step_latency_us: float = 0.0  # per ring step that crosses nodes
+    # Fraction of peak that dense training compute achieves (the time model's one
+    # efficiency figure; never fitted to the results it predicts).
+    compute_efficiency: float = 0.0
+
+
+@dataclass(kw_only=True)
 class FaultConfig:
     """A deliberate failure for testing: kind none|raise|hang|oom|kill on `rank` at `step`."""
 
@@ -79,6 +100,9 @@ class JobConfig:
     collective_timeout_s: float = 300.0
     job_timeout_s: float = 3600.0  # wall-clock limit of the whole job
     memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
+    # measure all-gather/reduce-scatter bus bandwidth at the job's unit sizes at its start
+    probe_bandwidth: bool = False
+    device_spec: DeviceSpec = field(default_factory=DeviceSpec)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     quiet: bool = False  # console: only the end-of-sweep summary
@@ -101,4 +125,5 @@ def config_from_dict(data: dict[str, Any]) -> JobConfig:
     data["engine"] = EngineConfig(**known(EngineConfig, data.get("engine", {})))
     data["profile"] = ProfileConfig(**known(ProfileConfig, data.get("profile", {})))
     data["fault"] = FaultConfig(**known(FaultConfig, data.get("fault", {})))
+    data["device_spec"] = DeviceSpec(**known(DeviceSpec, data.get("device_spec", {})))
     return JobConfig(**data)

@@ -69,6 +69,11 @@ def run_job(
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:
+        if not errors:
+            from harness.plan.fit import memory_line_and_errors
+
+            line, errors = memory_line_and_errors(cfg)
+            say(line)
         status = "invalid" if errors else "ok"
         return JobOutcome(
             make_result(status=status, config=config, error="; ".join(errors) or None),

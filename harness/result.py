@@ -159,6 +159,8 @@ class Metrics(_Record):
     losses: list[float | None] | None = _field(NUMBERS)
     loss_steps: list[int] | None = _field(NUMBERS)
     grad_norms: list[float | None] | None = _field(NUMBERS)
+    bandwidth: dict[str, Any] | None = _field(OBJECT)  # probe_bandwidth: bus GB/s measured
+    predicted: dict[str, Any] | None = _field(OBJECT)  # the planner's row for this job
     extra: dict[str, Any] = field(default_factory=dict)
     nulls: frozenset[str] = frozenset()
     LAYOUT: ClassVar[str] = "metrics"

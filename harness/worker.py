@@ -6,7 +6,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,12 @@ def train(
     grad_norms: list[torch.Tensor] = []
     state: dict[str, Any] = {}
     build_peaks: tuple[int, int] | None = None
+    bandwidth = None
+    if cfg.probe_bandwidth:
+        from harness.bandwidth import probe_bandwidth
+
+        report_phase(job_dir, rank, "bandwidth probe")
+        bandwidth = probe_bandwidth(cfg, device)
 
     def build() -> None:
         report_phase(job_dir, rank, "build")
@@ -232,6 +238,8 @@ def train(
         "losses": mean_losses.tolist(),
         "loss_steps": loss_steps,
         "grad_norms": step_grad_norms,
+        "bandwidth": bandwidth,
+        "predicted": _predicted(cfg, device),
     }
     env = describe_environment(device=device, world_size=world_size, threads_per_rank=threads)
     result = make_result(
@@ -244,6 +252,21 @@ def train(
     )
     write_result(job_dir, result)
     return result
+
+
+def _predicted(cfg: JobConfig, device: torch.device) -> dict[str, Any] | None:
+    """The planner's row for this job, kept beside what it measured (the report's
+    predicted columns); None where the planner cannot tell."""
+    try:
+        from harness.plan.planner import plan_row
+
+        ran = replace(cfg, device=device.type, backend=resolve_backend(cfg.backend, device.type))
+        row = plan_row(ran).to_dict()
+    except Exception as e:  # a prediction must never cost a measurement
+        return {"error": f"{type(e).__name__}: {e}"}
+    keep = ("peak_memory_bytes", "memory_bytes_by_class", "fits", "iteration_time_s",
+            "compute_s", "exposed_comm_s", "other_s", "tokens_per_s_per_device", "mfu")  # fmt: skip
+    return {k: row[k] for k in keep}
 
 
 def engine_settings(cfg: JobConfig, own: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from harness.report.compare import (
 from harness.report.engine_setup import engine_setup_table
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
 from harness.report.tables import (
+    FLAG,
+    PREDICTION_FLAG,
     environment_table,
     failures_table,
     loss_table,
@@ -237,7 +239,10 @@ def timing(r: ReportJobs) -> list[str]:
     return [
         "## Iteration time and noise",
         "Median over the timed steps (warm-up excluded; each step's time is the slowest "
-        "rank's; the profiled pass is never timed).",
+        "rank's; the profiled pass is never timed). *predicted*: the planner's iteration "
+        "time for the job (`python -m harness.plan`; none where the hardware profile has "
+        "no peak FLOP/s or bandwidth, as on CPU); *prediction error*: (predicted - "
+        "measured) / measured.",
         md_table(*table) if table[1] else "No finished job.",
     ]
 
@@ -250,6 +255,10 @@ def memory(r: ReportJobs, pictures: Pictures) -> list[str]:
         "what the named source measured on CPU; *RSS*: the process's resident-set peak "
         "over the timed steps (what the allocator kept from the OS, fragmentation "
         "included; on CPU the counterpart of *reserved*). "
+        "*predicted*: the planner's peak allocated bytes for the job (steady state, "
+        "AdamW's moments included; `python -m harness.plan`); *prediction error*: "
+        f"(predicted - allocated) / allocated, marked {FLAG} beyond "
+        f"{PREDICTION_FLAG:.0%}. "
         "*vs YaFSDP* compares the allocated peak (RSS where no allocated peak exists) "
         "with YaFSDP's at the same grid point.",
         md_table(*table) if table[1] else "No finished job reported memory.",

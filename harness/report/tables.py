@@ -112,6 +112,29 @@ def per_engine_table(
     return [*POINT_HEADER, "engine", *(["setting"] if several_settings else []), *columns], rows
 
 
+# A job whose measured peak is this far from the planner's prediction is flagged.
+PREDICTION_FLAG = 0.25
+FLAG = "⚠"
+
+
+def predicted(row: pd.Series, key: str) -> float | None:
+    """The planner's prediction for this job (result.json `metrics.predicted`), or None."""
+    raw = value(row, "predicted")
+    if not raw:
+        return None
+    found = (json.loads(raw) if isinstance(raw, str) else raw or {}).get(key)
+    return None if found is None else float(found)
+
+
+def prediction_error(measured: float | None, guess: float | None, *, flag: bool) -> str:
+    """(predicted - measured) / measured, flagged past PREDICTION_FLAG where asked."""
+    if measured is None or guess is None or not measured:
+        return MISSING
+    error = (guess - float(measured)) / float(measured)
+    text = f"{error * 100:+.1f}%"
+    return f"{FLAG} {text}" if flag and abs(error) > PREDICTION_FLAG else text
+
+
 def _setting(row: pd.Series, several_settings: bool) -> list[str]:
     return [match_key(row).setting.label()] if several_settings else []
 
@@ -123,9 +146,14 @@ def timing_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
         spread = f"{(p90 - p10) / t * 100:.1f}%" if None not in (t, p10, p90) and t else MISSING
         steps = value(row, "step_times_s")
         n = len(json.loads(steps)) if steps else None
-        return [fmt_time(t), fmt_time(p10), fmt_time(p90), spread, MISSING if n is None else n]
+        guess = predicted(row, "iteration_time_s")
+        return [
+            fmt_time(t), fmt_time(p10), fmt_time(p90), spread, MISSING if n is None else n,
+            fmt_time(guess), prediction_error(t, guess, flag=False),
+        ]  # fmt: skip
 
-    columns = ["median (s)", "p10 (s)", "p90 (s)", "p90-p10 / median", "timed steps"]
+    columns = ["median (s)", "p10 (s)", "p90 (s)", "p90-p10 / median", "timed steps",
+               "predicted (s)", "prediction error"]  # fmt: skip
     return per_engine_table(df, columns, cells, several_settings=several_settings)
 
 
@@ -144,15 +172,20 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
         else:
             sign = "+" if peak >= ref else "-"
             diff = f"{sign}{fmt_bytes(abs(peak - ref))} ({(peak - ref) / ref * 100:+.1f}%)"
+        allocated = value(row, "peak_memory_allocated_bytes")
+        guess = predicted(row, "peak_memory_bytes")
         return [
-            fmt_bytes(value(row, "peak_memory_allocated_bytes")),
+            fmt_bytes(allocated),
             fmt_bytes(value(row, "peak_memory_reserved_bytes")),
             fmt_bytes(value(row, "peak_rss_bytes")),
             value(row, "memory_source") or MISSING,
+            fmt_bytes(guess),
+            prediction_error(allocated, guess, flag=True),
             diff,
         ]
 
-    columns = ["peak allocated", "peak reserved", "peak RSS", "source", "vs YaFSDP"]
+    columns = ["peak allocated", "peak reserved", "peak RSS", "source", "predicted",
+               "prediction error", "vs YaFSDP"]  # fmt: skip
     return per_engine_table(df, columns, cells, several_settings=several_settings)
 
 

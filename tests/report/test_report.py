@@ -271,10 +271,13 @@ def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> N
     write_job(sweep, "1", engine="fsdp2", peak_allocated=250 * 2**20, overlap_pct=0.0,
               git_revision="def5678")  # fmt: skip
     text = render(sweep, tmp_path)
-    assert "| fsdp2 | 250.0 MiB | — | 900.0 MiB | profiler allocations | +50.0 MiB (+25.0%) |" in (
-        text
-    )
-    assert "| yafsdp | 200.0 MiB | — | 900.0 MiB | profiler allocations | (reference) |" in text
+    # (no prediction recorded: the predicted columns are empty)
+    memory_rows = {
+        "fsdp2": "250.0 MiB | — | 900.0 MiB | profiler allocations | — | — | +50.0 MiB (+25.0%)",
+        "yafsdp": "200.0 MiB | — | 900.0 MiB | profiler allocations | — | — | (reference)",
+    }
+    for engine, cells in memory_rows.items():
+        assert f"| {engine} | {cells} |" in text
     assert "| yafsdp | 128.0 | 0.000128 | 1.23% | 0.2 (measured CPU matmul) |" in text
     overlap = text.split("## Communication overlap")[1].split("\n## ")[0]
     header = "| engine | overlap % | exposed comm / step (s) | comm / step (s) | idle / step (s) |"

@@ -25,29 +25,34 @@ def test_timing_table_rows_per_finished_job_in_engine_order() -> None:
         [
             job("fsdp1", iteration_time_s=2.0, iteration_time_p10_s=1.9,
                 iteration_time_p90_s=2.1, step_times_s=json.dumps([2.0] * 3)),
-            job("yafsdp", iteration_time_s=1.0),
+            job("yafsdp", iteration_time_s=1.0,
+                predicted=json.dumps({"iteration_time_s": 1.25})),
             job("fsdp2", status="oom"),
         ]
     )  # fmt: skip
     header, rows = timing_table(df)
     assert header[4:6] == ["engine", "median (s)"]
+    assert header[-2:] == ["predicted (s)", "prediction error"]
     assert [r[4:] for r in rows] == [
-        ["yafsdp", "1.000", "—", "—", "—", "—"],
-        ["fsdp1", "2.000", "1.900", "2.100", "10.0%", 3],
+        ["yafsdp", "1.000", "—", "—", "—", "—", "1.250", "+25.0%"],
+        ["fsdp1", "2.000", "1.900", "2.100", "10.0%", 3, "—", "—"],
     ]
 
 
 def test_memory_table_compares_with_yafsdp_at_the_same_point() -> None:
     df = pd.DataFrame(
         [
-            job("yafsdp", peak_memory_allocated_bytes=100 * 2**20),
-            job("fsdp2", peak_memory_allocated_bytes=150 * 2**20),
+            job("yafsdp", peak_memory_allocated_bytes=100 * 2**20,
+                predicted=json.dumps({"peak_memory_bytes": 110 * 2**20})),
+            job("fsdp2", peak_memory_allocated_bytes=150 * 2**20,
+                predicted=json.dumps({"peak_memory_bytes": 100 * 2**20})),
         ]
-    )
+    )  # fmt: skip
     _, rows = memory_table(df)
-    assert [(r[4], r[-1]) for r in rows] == [
-        ("yafsdp", "(reference)"),
-        ("fsdp2", "+50.0 MiB (+50.0%)"),
+    assert [(r[4], r[-3], r[-2], r[-1]) for r in rows] == [
+        ("yafsdp", "110.0 MiB", "+10.0%", "(reference)"),
+        # more than 25% off: flagged
+        ("fsdp2", "100.0 MiB", "⚠ -33.3%", "+50.0 MiB (+50.0%)"),
     ]
 
 

@@ -83,7 +83,11 @@ def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> Non
     proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=sweep)
     jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]
     assert len(jobs) == 16 * 3
-    assert all(line.endswith("[ok]") for line in jobs)
+    # The planner's memory row is printed for each; a job predicted not to fit 80 GB is
+    # refused, naming the fewest checkpointed layers that would.
+    assert proc.stdout.count("planner: peak ") == 16 * 3
+    refused = [line for line in jobs if not line.endswith("[ok]")]
+    assert all("the smallest ckpt_layers that fits is " in line for line in refused)
     assert jobs[0].startswith("[ 1/48] ") and jobs[-1].startswith("[48/48] ")
     points = {line.split("] ")[1].rsplit(" ", 1)[0] for line in (j.split("  ")[0] for j in jobs)}
     assert len(points) == 16

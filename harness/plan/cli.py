@@ -1,0 +1,211 @@
+"""`python -m harness.plan <Hydra overrides> [--json] [calibration=<sweep dir>]`
+
+Predict, for every point and engine a job would run, per-GPU peak memory by class,
+whether it fits and the fewest checkpointed layers that do, and iteration time split into
+compute, exposed communication and other work. Accepts the same fields and presets as a
+job: `experiment=yafsdp_readme` expands to its points, comma lists expand as under `-m`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.config import JobConfig
+from harness.plan.planner import Bandwidth, PlanRow, add_speedups, plan_row
+
+SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+EXIT_INVALID = 2
+USAGE = "usage: python -m harness.plan [--json] [calibration=<sweep dir>] [field=value ...]"
+
+
+class PlanError(ValueError):
+    pass
+
+
+def job_configs(overrides: list[str]) -> list[JobConfig]:
+    """Every job the overrides name, sweeps expanded (the experiment's own sweep, then
+    comma lists), each checked by the harness's pre-flight."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from harness.validate import unknown_field_errors, validation_errors
+
+    ConfigStore.instance().store(name="job_schema", node=JobConfig)
+    OmegaConf.register_new_resolver(
+        "harness_unless_dry_run", lambda dry_run, value: None if dry_run else value, replace=True
+    )
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    _refuse_unknown_keys([o.get_key_element() for o in parsed])
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    swept = {o.get_key_element(): list(o.sweep_string_iterator()) for o in parsed
+             if o.is_sweep_override()}  # fmt: skip
+    GlobalHydra.instance().clear()
+    configs = []
+    with initialize_config_dir(config_dir=str(SWEEPS_DIR), version_base="1.3"):
+        preset = compose("config", overrides=fixed, return_hydra_config=True)
+        for key, values in dict(preset.hydra.sweeper.get("params") or {}).items():
+            if key not in swept:
+                swept[key] = [v.strip() for v in str(values).split(",")]
+        base = compose("config", overrides=fixed)
+        fixed_values = [o for o in parsed if not o.is_sweep_override() and not _is_group(o)]
+        keys = list(swept)
+        for combo in itertools.product(*(swept[k] for k in keys)):
+            extra = [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+            cfg = _applied(base, parser.parse_overrides(extra), fixed_values)
+            if cfg is None:  # an option with a defaults list of its own: let Hydra compose
+                cfg = compose("config", overrides=fixed + extra)
+            errors = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))
+            if errors:
+                raise PlanError("; ".join(errors))
+            job: JobConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+            errors = validation_errors(job)
+            if errors:
+                raise PlanError(f"{' '.join(extra) or 'the job'}: " + "; ".join(errors))
+            configs.append(job)
+    return configs
+
+
+def _is_group(override: Any) -> bool:
+    return (SWEEPS_DIR / override.get_key_element()).is_dir()
+
+
+def _applied(base: Any, swept: list[Any], fixed_values: list[Any]) -> Any:
+    """`base` with the swept options applied as Hydra would: a group's option file merged
+    (at the root for `@package _global_`, else under the group), then the command line's
+    values, which win over any option. None where an option has a defaults list."""
+    from omegaconf import OmegaConf
+
+    cfg = base.copy()
+    for o in [o for o in swept if _is_group(o)]:
+        group = o.get_key_element()
+        path = SWEEPS_DIR / group / f"{o.value()}.yaml"
+        if not path.is_file():
+            raise PlanError(f"{group}={o.value()} is not an option of {group}: no {path.name}")
+        option = OmegaConf.load(path)
+        if "defaults" in option:
+            return None
+        is_global = "@package _global_" in path.read_text().splitlines()[0]
+        cfg = OmegaConf.merge(cfg, option if is_global else {group: option})
+    for o in [*fixed_values, *[o for o in swept if not _is_group(o)]]:
+        OmegaConf.update(cfg, o.get_key_element(), o.value(), merge=True)
+    return cfg
+
+
+def _refuse_unknown_keys(keys: list[str]) -> None:
+    """Name the field a mistyped key most likely meant (Hydra only says it cannot)."""
+    import dataclasses
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(JobConfig)]
+    known += [p.name for p in SWEEPS_DIR.iterdir() if p.is_dir()]  # groups: hardware, point...
+    for key in keys:
+        top = key.lstrip("+~").split(".")[0].split("@")[0]
+        if top not in known:
+            close = difflib.get_close_matches(top, known, n=1)
+            hint = f"did you mean {close[0]}=?" if close else "see harness/config.py"
+            raise PlanError(f"{top} is not a field of the job config; {hint}")
+
+
+def _gb(n: int | float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+COLUMNS = (
+    ("model", lambda r: r["model"]),
+    ("gpus", lambda r: str(r["gpus"])),
+    ("seq", lambda r: str(r["seq_len"])),
+    ("ckpt", lambda r: str(r["ckpt_layers"])),
+    ("engine", lambda r: r["engine"]),
+    ("master", lambda r: _gb(r["memory_bytes_by_class"]["master"])),
+    ("s.grads", lambda r: _gb(r["memory_bytes_by_class"]["sharded_grads"])),
+    ("optim", lambda r: _gb(r["memory_bytes_by_class"]["optimizer"])),
+    ("u.weights", lambda r: _gb(r["memory_bytes_by_class"]["unsharded_weights"])),
+    ("u.grads", lambda r: _gb(r["memory_bytes_by_class"]["unsharded_grads"])),
+    ("staging", lambda r: _gb(r["memory_bytes_by_class"]["staging"])),
+    ("act.ckpt", lambda r: _gb(r["memory_bytes_by_class"]["activations_checkpointed"])),
+    ("act.plain", lambda r: _gb(r["memory_bytes_by_class"]["activations_plain"])),
+    ("logits", lambda r: _gb(r["memory_bytes_by_class"]["logits_loss"])),
+    ("ovh", lambda r: _gb(r["memory_bytes_by_class"]["overhead"])),
+    ("peak GiB", lambda r: _gb(r["peak_memory_bytes"])),
+    ("fits", lambda r: {True: "yes", False: "NO", None: "-"}[r["fits"]]),
+    (
+        "min ckpt",
+        lambda r: "-" if r["min_ckpt_layers_to_fit"] is None else str(r["min_ckpt_layers_to_fit"]),
+    ),  # fmt: skip
+    ("iter s", lambda r: _s(r["iteration_time_s"])),
+    ("compute", lambda r: _s(r["compute_s"])),
+    ("exp.comm", lambda r: _s(r["exposed_comm_s"])),
+    ("other", lambda r: _s(r["other_s"])),
+    (
+        "tok/s",
+        lambda r: (
+            "-" if r["tokens_per_s_per_device"] is None else f"{r['tokens_per_s_per_device']:.0f}"
+        ),
+    ),  # fmt: skip
+    ("MFU", lambda r: "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"),
+    (
+        "speedup",
+        lambda r: (
+            ", ".join(f"{k} {100 * v:+.1f}%" for k, v in (r["speedup_vs"] or {}).items()) or "-"
+        ),
+    ),  # fmt: skip
+)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cells = [[name for name, _ in COLUMNS]] + [[get(r) for _, get in COLUMNS] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def plan(overrides: list[str], measured: Bandwidth | None = None) -> list[PlanRow]:
+    rows = [plan_row(cfg, measured) for cfg in job_configs(overrides)]
+    add_speedups(rows)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE + "\n\n" + (__doc__ or "").strip())
+        return 0
+    calibration = [a for a in args if a.startswith("calibration=")]
+    args = [a for a in args if not a.startswith("calibration=")]
+    try:
+        measured = None
+        if calibration:
+            from harness.plan.calibration import measured_bandwidth
+
+            measured = measured_bandwidth(Path(calibration[-1].split("=", 1)[1]))
+        rows = plan(args, measured)
+    except (PlanError, ValueError) as e:
+        print(f"[harness.plan] refused: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except Exception as e:  # Hydra's own errors (an unknown preset, a bad override)
+        if type(e).__module__.startswith(("hydra", "omegaconf")):
+            print(f"[harness.plan] refused: {e}", file=sys.stderr)
+            return EXIT_INVALID
+        raise
+    dicts = [r.to_dict() for r in rows]
+    if as_json:
+        print(json.dumps(dicts, indent=1))
+    else:
+        print(format_table(dicts))
+        if measured is not None:
+            print(f"bandwidth: measured, from {measured.source}")
+    return 0

@@ -1,0 +1,37 @@
+"""The dry run's memory check: the planner's row for the job, and a refusal when the job is
+predicted not to fit its device, naming the fewest checkpointed layers that would."""
+
+from __future__ import annotations
+
+from harness.config import JobConfig
+
+GIB = 2**30
+SHOWN_CLASSES = 4
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB // 10 else f"{n / 2**20:.1f} MiB"
+
+
+def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
+    """One line for the console, and the refusals (empty when it fits or cannot be told)."""
+    from harness.plan.memory import estimate_memory
+    from harness.plan.planner import memory_case, smallest_fitting_ckpt
+
+    estimate = estimate_memory(memory_case(cfg))
+    largest = sorted(estimate.by_class.items(), key=lambda kv: -kv[1])[:SHOWN_CLASSES]
+    parts = ", ".join(f"{name} {_size(n)}" for name, n in largest)
+    line = f"planner: peak {_size(estimate.peak_bytes)} per device ({parts})"
+    if cfg.device_memory_gb <= 0:
+        return line, []
+    have = cfg.device_memory_gb * GIB
+    if estimate.peak_bytes <= have:
+        return f"{line}; fits device_memory_gb={cfg.device_memory_gb:g}", []
+    smallest = smallest_fitting_ckpt(cfg)
+    need = f"predicted peak {estimate.peak_bytes / GIB:.1f} GiB per device is more than "
+    need += f"device_memory_gb={cfg.device_memory_gb:g}"
+    if smallest is None:
+        fix = "no ckpt_layers fits: use more gpus, a shorter seq_len or a smaller micro_batch"
+    else:
+        fix = f"the smallest ckpt_layers that fits is {smallest}: use ckpt_layers={smallest}"
+    return f"{line}; does not fit", [f"{need}; {fix}"]

@@ -1,0 +1,342 @@
+"""Per-rank peak memory of one job, by class, for every engine.
+
+Held all step long: the sharded states (fp32 master shards, their fp32 gradients, AdamW's
+two fp32 moments) and, for yafsdp, the buffers its plan allocates once (read from
+`yafsdp_impl`, not restated). Held for a while: each engine's unsharded weights and
+gradients while a unit runs, activations (measured per block, `activations.py`), the
+logits and loss. The peak is the largest sum over the moments of a steady-state step
+(the second step on: AdamW's moments exist from the first optimizer step on).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from harness.models.shapes import get_shape
+from harness.plan.activations import (
+    DTYPE_BYTES,
+    ActivationFootprint,
+    LayerFootprint,
+    activation_footprint,
+)
+from harness.plan.units import Units, fsdp1_units, fsdp2_units
+
+FP32 = 4
+ADAMW_STATES = 2  # exp_avg, exp_avg_sq, fp32 like the master weights
+
+# Report order of the classes; every estimate has all of them.
+CLASSES = (
+    "master",
+    "sharded_grads",
+    "optimizer",
+    "unsharded_weights",
+    "unsharded_grads",
+    "staging",
+    "activations_checkpointed",
+    "activations_plain",
+    "logits_loss",
+    "overhead",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryCase:
+    """What the memory of one job depends on."""
+
+    model: str
+    engine: str  # the registry label: yafsdp, fsdp1, fsdp2, fsdp2_tuned, local
+    world_size: int
+    seq_len: int
+    ckpt_layers: int
+    micro_batch: int = 1
+    dtype: str = "bf16"
+    reduce_dtype: str = "fp32"
+    # gloo (CPU): collectives run synchronously, nothing is gathered ahead of its use unless
+    # the engine asks for it, and a reduce-scatter is an all-reduce of the whole input.
+    asynchronous: bool = True
+    model_impl: str = "native"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    peak_bytes: int
+    by_class: dict[str, int]  # at the peak moment; sums to peak_bytes
+    moment: str  # where in the step the peak falls
+    moments: dict[str, int] = field(default_factory=dict)  # every moment's total
+
+
+def estimate_memory(case: MemoryCase) -> MemoryEstimate:
+    shape = get_shape(case.model)
+    acts = activation_footprint(
+        case.model, case.seq_len, case.micro_batch, case.dtype, case.model_impl
+    )
+    timeline = _activation_moments(acts, shape.n_layers, case.ckpt_layers)
+    static, in_flight = ENGINE_MODELS[case.engine](case)
+    moments: dict[str, dict[str, int]] = {}
+    for name, held in timeline.items():
+        moments[name] = _merge(_merge(static, held), in_flight.get(_phase(name), {}))
+    for name, extra in in_flight.items():  # engine moments without activations
+        if name.startswith("after"):
+            moments[name] = _merge(static, extra)
+    peak_name = max(moments, key=lambda k: sum(moments[k].values()))
+    by_class = {c: moments[peak_name].get(c, 0) for c in CLASSES}
+    return MemoryEstimate(
+        peak_bytes=sum(by_class.values()),
+        by_class=by_class,
+        moment=peak_name,
+        moments={k: sum(v.values()) for k, v in moments.items()},
+    )
+
+
+def held_all_step(case: MemoryCase) -> dict[str, int]:
+    """The bytes by class an engine holds from one step to the next: sharded states and
+    (for yafsdp) its buffers; what `estimate_memory` adds moments to."""
+    return ENGINE_MODELS[case.engine](case)[0]
+
+
+def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def _phase(moment: str) -> str:
+    """`backward: block 5` -> `backward: block` (engines hold the same at every block)."""
+    return moment.rsplit(" ", 1)[0] if moment[-1].isdigit() else moment
+
+
+def _activation_moments(
+    acts: ActivationFootprint, n_layers: int, ckpt_layers: int
+) -> dict[str, dict[str, int]]:
+    """Activation bytes by class at each moment of forward and backward."""
+
+    def held(upto: int) -> dict[str, int]:
+        """Saved by blocks [0, upto) plus the embedding's output."""
+        ckpt = min(upto, ckpt_layers)
+        return {
+            "activations_checkpointed": acts.embedding_out + ckpt * acts.checkpointed.saved,
+            "activations_plain": (upto - ckpt) * acts.plain.saved,
+        }
+
+    def block(k: int) -> LayerFootprint:
+        return acts.checkpointed if k < ckpt_layers else acts.plain
+
+    def cls(k: int) -> str:
+        return "activations_checkpointed" if k < ckpt_layers else "activations_plain"
+
+    proj, loss = acts.projection, acts.loss
+    moments: dict[str, dict[str, int]] = {}
+    for k in range(n_layers):
+        moments[f"forward: block {k}"] = _merge(held(k), {cls(k): block(k).fwd_peak})
+    every = held(n_layers)
+    moments["forward: projection"] = _merge(every, {"logits_loss": proj.fwd_peak})
+    moments["forward: loss"] = _merge(every, {"logits_loss": proj.saved + loss.fwd_peak})
+    moments["backward: loss"] = _merge(
+        every, {"logits_loss": proj.saved + loss.saved + loss.bwd_peak}
+    )
+    # the gradient of the logits (their size) comes in; the logits stay referenced
+    moments["backward: projection"] = _merge(
+        every, {"logits_loss": proj.saved + acts.logits + proj.bwd_peak}
+    )
+    moments["backward: output reduce"] = _merge(
+        every, {"logits_loss": acts.logits, cls(n_layers - 1): acts.hidden_grad}
+    )
+    for k in reversed(range(n_layers)):
+        moments[f"backward: block {k}"] = _merge(
+            held(k + 1),
+            {cls(k): acts.hidden_grad + block(k).bwd_peak, "logits_loss": acts.logits},
+        )
+    moments["backward: embedding"] = {
+        "activations_checkpointed": acts.embedding_out + acts.hidden_grad,
+        "logits_loss": acts.logits,
+    }
+    return moments
+
+
+# ---- engines: (held all step, {phase: held during that phase}) ---------------------------
+
+
+def _sharded_states(shard_elements: int) -> dict[str, int]:
+    return {
+        "master": shard_elements * FP32,
+        "sharded_grads": shard_elements * FP32,
+        "optimizer": ADAMW_STATES * shard_elements * FP32,
+    }
+
+
+@functools.lru_cache(maxsize=16)
+def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
+    from harness.models.llama import build_model
+
+    return build_model(model, device="meta")
+
+
+@functools.lru_cache(maxsize=64)
+def yafsdp_buffers(
+    model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
+) -> tuple[dict[str, int], int]:
+    """The yafsdp engine's own bytes by class and its master elements per rank, from its
+    layout and buffer plan code run on the meta device (no memory is allocated)."""
+    import torch
+
+    from harness.engines.base import DTYPES
+    from yafsdp_impl.buffers import Buffers
+    from yafsdp_impl.layout import build_layout
+    from yafsdp_impl.plan import choose_plan
+
+    m = _meta_model(model)
+    layout = build_layout(m, [m.tok_embeddings, *m.layers, m.output], world_size)
+    plan = choose_plan(
+        layout,
+        "min_bytes",  # the adapter's default
+        param_bytes=DTYPE_BYTES[dtype],
+        reduce_bytes=DTYPE_BYTES[reduce_dtype],
+        world_size=world_size,
+    )
+    buffers = Buffers(
+        layout,
+        plan,
+        device=torch.device("meta"),
+        param_dtype=DTYPES[dtype],
+        reduce_dtype=DTYPES[reduce_dtype],
+        native_reduce_scatter=native_reduce_scatter,
+    )
+    return buffers.bytes_by_class(), layout.master_numel + layout.resident.shard_numel
+
+
+def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
+    """The gradient autograd makes for one weight before it is added into its place: the
+    largest weight of each part, in the param dtype."""
+    shape = get_shape(case.model)
+    p = DTYPE_BYTES[case.dtype]
+    from harness.plan.units import block_param_shapes
+
+    largest_block = max(_numel(s) for s in block_param_shapes(shape))
+    table = shape.vocab_size * shape.dim
+    return {"block": largest_block * p, "table": table * p}
+
+
+def _numel(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _yafsdp(case: MemoryCase) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    held, master_elements = yafsdp_buffers(
+        case.model, case.world_size, case.dtype, case.reduce_dtype, case.asynchronous
+    )
+    static = _sharded_states(master_elements)
+    # bytes_by_class's "master" is the master shards and their gradients together
+    assert held["master"] == static["master"] + static["sharded_grads"]
+    static["unsharded_weights"] = held["weights"]
+    static["unsharded_grads"] = held["grads"]
+    static["staging"] = held["staging"]
+    # Everything else lives in those buffers; autograd's gradient of one weight is the
+    # only transient, added in place into the gradient buffer.
+    grads = _largest_weight_grads(case)
+    in_flight = {
+        "backward: projection": {"unsharded_grads": grads["table"]},
+        "backward: block": {"unsharded_grads": grads["block"]},
+        "backward: embedding": {"unsharded_grads": grads["table"]},
+    }
+    return static, in_flight
+
+
+def _reduce_in_flight(case: MemoryCase, unit: int, *, always_copies: bool) -> dict[str, int]:
+    """A reduce-scatter's input in the reduce dtype (a copy where the dtype differs, or
+    where the engine always copies into its own buffer), its output shard, and under gloo
+    the all-reduce's own full-size buffer (gloo has no reduce-scatter)."""
+    p, r = DTYPE_BYTES[case.dtype], DTYPE_BYTES[case.reduce_dtype]
+    copy = unit * r if (r != p or always_copies) else 0
+    gloo = 0 if case.asynchronous else unit * r
+    return {"staging": copy + gloo + unit // case.world_size * r}
+
+
+def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int, fsdp2: bool):
+    """FSDP1 and FSDP2 alike: a unit's weights are gathered for its forward and again for
+    its backward; `forward_ahead` more units are gathered ahead in forward, one ahead in
+    backward; a unit's gradient is unsharded until its reduce-scatter has read it.
+    `head_kept`: the output unit stays unsharded from its forward to its backward."""
+    p = DTYPE_BYTES[case.dtype]
+    static = _sharded_states(units.shard)
+    block, out, emb = units.block * p, units.output * p, units.embedding * p
+    # FSDP1 (use_orig_params=False) gets each weight's gradient through a view of the flat
+    # parameter: at a unit's end the per-weight gradients and the flat one they are
+    # concatenated into are both held. FSDP2 keeps per-parameter gradients only.
+    grads = 1 if fsdp2 else 2
+    ahead = forward_ahead * block
+
+    # On a GPU the previous unit's reduce-scatter runs on its own stream while the next
+    # unit's backward computes: its input is still held.
+    def reduce(unit: int) -> dict[str, int]:
+        return _reduce_in_flight(case, unit, always_copies=fsdp2)
+
+    previous_rs = reduce(units.block) if case.asynchronous else {}
+    kept = out if head_kept else 0
+    in_flight = {
+        "forward: block": {"unsharded_weights": block + ahead},
+        "forward: projection": {"unsharded_weights": out},
+        "forward: loss": {"unsharded_weights": kept},
+        "backward: loss": {"unsharded_weights": kept},
+        "backward: projection": {"unsharded_weights": out + block, "unsharded_grads": out},
+        "backward: output reduce": _merge(
+            {"unsharded_weights": kept + block, "unsharded_grads": grads * out},
+            reduce(units.output),
+        ),
+        "backward: block": _merge(
+            {"unsharded_weights": 2 * block, "unsharded_grads": grads * block},
+            _merge(reduce(units.block), previous_rs),
+        ),
+        "backward: embedding": _merge(
+            {"unsharded_weights": emb, "unsharded_grads": grads * emb}, reduce(units.embedding)
+        ),
+    }
+    return static, in_flight
+
+
+def _fsdp1(case: MemoryCase):
+    # forward_prefetch: the next unit's all-gather is issued as a unit's forward starts.
+    return _fsdp(case, fsdp1_units(get_shape(case.model), case.world_size),
+                 head_kept=False, forward_ahead=1, fsdp2=False)  # fmt: skip
+
+
+def _fsdp2(case: MemoryCase, *, tuned: bool):
+    # On a GPU the next group's all-gather is issued while the current one computes; on
+    # CPU stock FSDP2 gathers synchronously, the tuned variant one ahead explicitly.
+    ahead = 1 if (tuned or case.asynchronous) else 0
+    return _fsdp(case, fsdp2_units(get_shape(case.model), case.world_size),
+                 head_kept=True, forward_ahead=ahead, fsdp2=True)  # fmt: skip
+
+
+def _local(case: MemoryCase):
+    shape = get_shape(case.model)
+    n, p = shape.num_params(), DTYPE_BYTES[case.dtype]
+    static = {
+        "unsharded_weights": n * p,  # the working copy the model computes with
+        "master": n * FP32,
+        "sharded_grads": n * FP32,  # the masters' gradients, kept between steps
+        "optimizer": ADAMW_STATES * n * FP32,
+    }
+    # Working gradients accumulate during backward; the all-reduce reads a flat copy.
+    out = shape.vocab_size * shape.dim * p
+    in_flight = {
+        "backward: projection": {"unsharded_grads": out},
+        "backward: output reduce": {"unsharded_grads": out},
+        "backward: block": {"unsharded_grads": n * p - out},
+        "backward: embedding": {"unsharded_grads": n * p},
+        "after backward: all-reduce": {"staging": n * FP32},
+    }
+    return static, in_flight
+
+
+ENGINE_MODELS = {
+    "yafsdp": _yafsdp,
+    "fsdp1": _fsdp1,
+    "fsdp2": lambda c: _fsdp2(c, tuned=False),
+    "fsdp2_tuned": lambda c: _fsdp2(c, tuned=True),
+    "local": _local,
+}

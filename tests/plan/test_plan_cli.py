@@ -1,0 +1,97 @@
+"""`python -m harness.plan`: presets and sweeps expand as a job's do; rows, JSON, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.plan.cli import main
+
+REQUIRED = (
+    "model",
+    "gpus",
+    "seq_len",
+    "ckpt_layers",
+    "engine",
+    "peak_memory_bytes",
+    "fits",
+    "min_ckpt_layers_to_fit",
+    "iteration_time_s",
+    "compute_s",
+    "exposed_comm_s",
+)
+
+
+def _json_rows(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict]:
+    assert main(["--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_published_preset_expands_to_16_points_times_3_engines(capsys) -> None:
+    rows = _json_rows(capsys, "experiment=yafsdp_readme")
+    assert len(rows) == 48
+    assert {r["engine"] for r in rows} == {"yafsdp", "fsdp1", "fsdp2"}
+    assert len({(r["model"], r["gpus"], r["seq_len"], r["ckpt_layers"]) for r in rows}) == 16
+    for row in rows:
+        assert all(row[k] is not None for k in REQUIRED), row
+        parts = sum(row["memory_bytes_by_class"].values())
+        assert parts == row["peak_memory_bytes"]
+        assert row["iteration_time_s"] == pytest.approx(
+            row["compute_s"] + row["exposed_comm_s"] + row["other_s"]
+        )
+    yafsdp = [r for r in rows if r["engine"] == "yafsdp"]
+    assert all(set(r["speedup_vs"]) == {"fsdp1", "fsdp2"} for r in yafsdp)
+
+
+def test_comma_lists_sweep_and_fit_is_decided_against_the_device(capsys) -> None:
+    rows = _json_rows(
+        capsys, "hardware=a100_80gb", "model=llama2_70b", "gpus=256", "seq_len=4096",
+        "ckpt_layers=0,80", "engine=yafsdp",
+    )  # fmt: skip
+    by_ckpt = {r["ckpt_layers"]: r for r in rows}
+    assert set(by_ckpt) == {0, 80}
+    assert by_ckpt[0]["fits"] is False and by_ckpt[80]["fits"] is True
+    smallest = by_ckpt[0]["min_ckpt_layers_to_fit"]
+    assert 0 < smallest <= 80 and by_ckpt[80]["min_ckpt_layers_to_fit"] == smallest
+    # checkpointing trades memory for recompute
+    assert by_ckpt[80]["compute_s"] > by_ckpt[0]["compute_s"]
+    assert by_ckpt[80]["peak_memory_bytes"] < by_ckpt[0]["peak_memory_bytes"]
+
+
+def test_the_table_names_every_class(capsys) -> None:
+    assert main(["hardware=a100_80gb", "model=llama2_7b", "gpus=64", "engine=fsdp1"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    for column in ("master", "optim", "u.weights", "staging", "act.ckpt", "logits", "fits",
+                   "min ckpt", "exp.comm", "MFU"):  # fmt: skip
+        assert column in header
+
+
+def test_bad_input_is_refused_naming_the_field(capsys) -> None:
+    assert main(["model=llama2_7b", "ckpt_layers=40"]) == 2
+    err = capsys.readouterr().err
+    assert "ckpt_layers=40" in err and "choose 0..32" in err
+    assert main(["seqlen=512"]) == 2
+    assert "did you mean seq_len" in capsys.readouterr().err
+
+
+def test_cpu_profile_predicts_memory_but_no_time(capsys) -> None:
+    (row,) = _json_rows(capsys, "hardware=cpu", "model=llama_tiny", "engine=yafsdp")
+    assert row["peak_memory_bytes"] > 0
+    assert row["fits"] is None and row["iteration_time_s"] is None
+
+
+def test_calibration_replaces_the_profile_bandwidth(capsys, tmp_path) -> None:
+    job = tmp_path / "sweep" / "model=llama2_7b"
+    job.mkdir(parents=True)
+    probe = {"backend": "nccl", "world_size": 8, "nodes": 1,
+             "all_gather": [{"bytes": 2**28, "seconds": 0.01, "bus_gbps": 30.0}]}  # fmt: skip
+    (job / "result.json").write_text(json.dumps({"metrics": {"bandwidth": probe}}))
+    point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
+    (datasheet,) = _json_rows(capsys, *point)
+    (measured,) = _json_rows(capsys, f"calibration={tmp_path / 'sweep'}", *point)
+    assert measured["compute_s"] == datasheet["compute_s"]
+    # a tenth of the datasheet's NVLink bandwidth: more communication left exposed
+    assert measured["exposed_comm_s"] > datasheet["exposed_comm_s"]
+    assert main([f"calibration={tmp_path}/none", *point]) == 2
+    assert "is not a directory" in capsys.readouterr().err

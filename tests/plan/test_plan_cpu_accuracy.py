@@ -1,0 +1,56 @@
+"""The planner's per-rank peak against the CPU allocator's, for every engine: llama_mini and
+llama_small on 2 gloo ranks, seq 128 and 512, ckpt_layers 0 and 1 (fp32, as CPU runs go).
+
+One process group runs all 40 cases in turn, each built and stepped as a job's memory-
+tracked phase is (build, two steps: the second holds AdamW's moments)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.engines.registry import ENGINES
+from harness.plan.memory import MemoryCase, estimate_memory
+from tests.distributed import run_on_ranks
+from tests.plan.cpu_peaks import measure
+
+TOLERANCE = 0.10
+# FSDP2 on gloo holds reduce-scatter and all-gather buffers whose lifetimes depend on when
+# gloo's threads let go of them: the same llama_mini case measured 102, 110 and 125 MiB in
+# three runs, a spread larger than 10% of so small a model. Those cases are held to the
+# report's flag threshold instead; every other case to 10%.
+NOISY = {("llama_mini", "fsdp2"), ("llama_mini", "fsdp2_tuned")}
+NOISY_TOLERANCE = 0.25
+CASES = [
+    {"model": m, "seq_len": s, "ckpt_layers": c, "engine": e}
+    for m, s, c, e in itertools.product(
+        ("llama_mini", "llama_small"), (128, 512), (0, 1), list(ENGINES)
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[int]:
+    per_rank = run_on_ranks(measure, 2, CASES)
+    return [max(peaks) for peaks in zip(*per_rank, strict=True)]
+
+
+def test_predicted_peak_is_within_10_percent_of_measured(measured: list[int]) -> None:
+    lines, misses = [], []
+    for case, peak in zip(CASES, measured, strict=True):
+        predicted = estimate_memory(
+            MemoryCase(**case, world_size=2, dtype="fp32", asynchronous=False)
+        ).peak_bytes
+        error = predicted / peak - 1
+        line = (
+            f"{case['model']:11} seq {case['seq_len']:3} ckpt {case['ckpt_layers']} "
+            f"{case['engine']:11} measured {peak / 2**20:7.1f} MiB  predicted "
+            f"{predicted / 2**20:7.1f} MiB  {100 * error:+5.1f}%"
+        )
+        lines.append(line)
+        noisy = (case["model"], case["engine"]) in NOISY
+        if abs(error) > (NOISY_TOLERANCE if noisy else TOLERANCE):
+            misses.append(line)
+    print("\n" + "\n".join(lines))
+    assert not misses, "predicted peak off by more than the tolerance:\n" + "\n".join(misses)
