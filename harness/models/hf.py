@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,3 +212,13 @@ def hf_parts(model: nn.Module) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.
     """(token embedding, decoder layers, final norm, output projection)."""
     embed, layers, norm, head = (_get(model, p) for p in (EMBED, LAYERS, NORM, HEAD))
     return embed, layers, norm, head
+
+
+@functools.lru_cache(maxsize=16)
+def config_shape(model: str) -> ModelShape:
+    """The shapes of `model` (a preset or hf:<path>) as its Hugging Face model has them,
+    from a one-layer build on meta (the parameter count of a layer is exact)."""
+    config = hf_config(model)
+    one_layer = copy.deepcopy(config)
+    one_layer.num_hidden_layers = 1
+    return hf_shape(model, config, build_hf_model(one_layer))

@@ -156,6 +156,15 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 }
 
 
+def shape_of(model: str) -> ModelShape:
+    """The shapes of a preset, or of the Hugging Face config that `hf:<path>` names."""
+    if model not in MODEL_SHAPES and is_hf_config(model):
+        from harness.models.hf import config_shape
+
+        return config_shape(model)
+    return get_shape(model)
+
+
 def get_shape(name: str) -> ModelShape:
     try:
         return MODEL_SHAPES[name]

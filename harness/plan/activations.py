@@ -7,7 +7,8 @@ and rotary intermediates included. A dispatch-level tracker follows the bytes of
 live storage, so each figure is what the allocator would hold.
 
 Keyed by model implementation: `ACTIVATION_PROBES[model_impl]` builds the probed modules
-of that implementation (only `native`, `harness/models/llama.py`, is here).
+of that implementation: `native` (harness/models/llama.py) or `hf` (the transformers
+model a job with model_impl=hf trains).
 """
 
 from __future__ import annotations
@@ -119,9 +120,25 @@ def _probe(run: Callable[[], Any], counter: _LiveBytes) -> LayerFootprint:
     return LayerFootprint(saved=saved, fwd_peak=fwd_peak, bwd_peak=counter.peak - before)
 
 
-def _native_footprint(
-    model: str, seq_len: int, micro_batch: int, dtype: str
-) -> ActivationFootprint:
+@dataclass
+class _Probed:
+    """The modules one probe runs, made under FakeTensorMode: a block, the final norm and
+    the output projection; `run_block(block, x)` calls a block on hidden states `x` (with
+    whatever position inputs it needs, made before tracking and listed in `inputs`)."""
+
+    block: Any
+    norm: Any
+    output: Any
+    run_block: Callable[[Any, Any], Any]
+    inputs: list[Any]
+
+
+def _measure(
+    build: Callable[[Any], _Probed], model: str, shape: Any, seq_len: int, micro_batch: int,
+    dtype: str,
+) -> ActivationFootprint:  # fmt: skip
+    """Run `build`'s block (plain and checkpointed) and head forward and backward on fake
+    tensors of the job's shape, counting every byte they allocate."""
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -130,10 +147,6 @@ def _native_footprint(
         checkpoint_wrapper,
     )
 
-    from harness.models.llama import RMSNorm, TransformerBlock, rope_tables
-    from harness.models.shapes import get_shape
-
-    shape = get_shape(model)
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     dims = {shape.dim, shape.ffn_dim, shape.vocab_size, shape.n_kv_heads * shape.head_dim}
     if seq_len * micro_batch in dims:
@@ -146,29 +159,28 @@ def _native_footprint(
     with FakeTensorMode():
         torch.set_default_dtype(torch_dtype)
         try:
-            block = TransformerBlock(shape)
-            norm = RMSNorm(shape.dim, shape.norm_eps)
-            output = torch.nn.Linear(shape.dim, shape.vocab_size, bias=False)
+            probed = build(torch_dtype)
         finally:
             torch.set_default_dtype(default)
-        weights = [p for m in (block, norm, output) for p in m.parameters()]
+        modules = (probed.block, probed.norm, probed.output)
+        weights = [p for m in modules for p in m.parameters()]
         for w in weights:  # computed (their inputs are saved for them) but never kept
             w.register_post_accumulate_grad_hook(lambda param: setattr(param, "grad", None))
-        rope = rope_tables(shape.head_dim, seq_len, shape.rope_theta, torch.device("cpu"))
         hidden = (micro_batch, seq_len, shape.dim)
         targets = torch.zeros(micro_batch * seq_len, dtype=torch.long)
         for w in weights:  # and transposed: mm may make a weight's gradient that way
             weight_shapes.update({tuple(w.shape), tuple(reversed(w.shape))})
-        for m in (block, norm, output):
+        for m in modules:
             counter.ignore(m.parameters())
-        counter.ignore([rope, targets])
+            counter.ignore(m.buffers())
+        counter.ignore([*probed.inputs, targets])
         with _tracking_mode(counter):
             x = torch.randn(hidden, dtype=torch_dtype, requires_grad=True)
             embedding_out = counter.live
-            plain = _probe(lambda: block(x, rope), counter)
-            ckpt = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-            checkpointed = _probe(lambda: ckpt(x, rope), counter)
-            projection = _probe(lambda: output(norm(x)), counter)
+            plain = _probe(lambda: probed.run_block(probed.block, x), counter)
+            ckpt = checkpoint_wrapper(probed.block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+            checkpointed = _probe(lambda: probed.run_block(ckpt, x), counter)
+            projection = _probe(lambda: probed.output(probed.norm(x)), counter)
             logits = torch.randn(
                 (micro_batch, seq_len, shape.vocab_size), dtype=torch_dtype, requires_grad=True
             )
@@ -185,10 +197,66 @@ def _native_footprint(
     )
 
 
-# model_impl -> measure(model, tokens, dtype) for one micro-batch of `tokens` tokens; a
-# Hugging Face implementation adds its own entry that probes its decoder layer and head.
+def _native_footprint(
+    model: str, seq_len: int, micro_batch: int, dtype: str
+) -> ActivationFootprint:
+    import torch
+
+    from harness.models.llama import RMSNorm, TransformerBlock, rope_tables
+    from harness.models.shapes import get_shape
+
+    shape = get_shape(model)
+
+    def build(_dtype: Any) -> _Probed:
+        rope = rope_tables(shape.head_dim, seq_len, shape.rope_theta, torch.device("cpu"))
+        return _Probed(
+            block=TransformerBlock(shape),
+            norm=RMSNorm(shape.dim, shape.norm_eps),
+            output=torch.nn.Linear(shape.dim, shape.vocab_size, bias=False),
+            run_block=lambda block, x: block(x, rope),
+            inputs=[rope],
+        )
+
+    return _measure(build, model, shape, seq_len, micro_batch, dtype)
+
+
+def _hf_footprint(model: str, seq_len: int, micro_batch: int, dtype: str) -> ActivationFootprint:
+    """The Hugging Face model of `model` (a preset as LlamaConfig, or `hf:<config.json>`):
+    its own decoder layer, final norm and lm_head, with SDPA attention, as a job builds it."""
+    import copy
+
+    import torch
+
+    from harness.models.hf import ATTENTION, config_shape, hf_config, hf_parts
+
+    one_layer = copy.deepcopy(hf_config(model))
+    one_layer.num_hidden_layers = 1
+    shape = config_shape(model)
+
+    def build(torch_dtype: Any) -> _Probed:
+        from transformers import AutoModelForCausalLM
+
+        one_layer.use_cache = False
+        fake = AutoModelForCausalLM.from_config(one_layer, attn_implementation=ATTENTION)
+        _embed, layers, norm, head = hf_parts(fake)
+        rotary = fake.get_submodule("model.rotary_emb")
+        positions = torch.arange(seq_len).unsqueeze(0).expand(micro_batch, seq_len)
+        probe_x = torch.zeros((micro_batch, seq_len, shape.dim), dtype=torch_dtype)
+        cos, sin = rotary(probe_x, positions)
+
+        def run_block(block: Any, x: Any) -> Any:
+            out = block(x, position_ids=positions, position_embeddings=(cos, sin))
+            return out[0] if isinstance(out, tuple) else out  # transformers 4 returns a tuple
+
+        return _Probed(layers[0], norm, head, run_block, [positions, probe_x, cos, sin])
+
+    return _measure(build, model, shape, seq_len, micro_batch, dtype)
+
+
+# model_impl -> measure(model, tokens, dtype) for one micro-batch of `tokens` tokens.
 ACTIVATION_PROBES: dict[str, Callable[[str, int, str], ActivationFootprint]] = {
     "native": lambda model, tokens, dtype: _native_footprint(model, tokens, 1, dtype),
+    "hf": lambda model, tokens, dtype: _hf_footprint(model, tokens, 1, dtype),
 }
 # Every activation of these models is a multiple of the tokens in the micro-batch (fused
 # attention keeps no seq x seq matrix), so one probe at this many tokens, scaled, gives
@@ -233,7 +301,7 @@ def _probed(model: str, dtype: str, model_impl: str) -> ActivationFootprint:
             f"model_impl={model_impl!r} has no activation probe; choose one of: "
             f"{', '.join(ACTIVATION_PROBES)}"
         )
-    key = f"{model_impl}/{model}/{dtype}/{PROBE_TOKENS}"
+    key = f"{model_impl}/{model}/{dtype}/{PROBE_TOKENS}{_implementation_version(model_impl, model)}"
     path = _cache_path()
     cache = _read_cache(path)
     if key in cache:
@@ -248,6 +316,19 @@ def _probed(model: str, dtype: str, model_impl: str) -> ActivationFootprint:
     except OSError:
         pass  # a read-only home: measure again next time
     return footprint
+
+
+def _implementation_version(model_impl: str, model: str) -> str:
+    """What else a cached hf probe depends on: the transformers release and the config."""
+    if model_impl != "hf":
+        return ""
+    import transformers
+
+    from harness.models.hf import config_path
+    from harness.models.shapes import is_hf_config
+
+    config = config_path(model).read_bytes() if is_hf_config(model) else b""
+    return f"/transformers {transformers.__version__}/{hashlib.sha256(config).hexdigest()[:12]}"
 
 
 def _cache_path() -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from harness.models.shapes import get_shape
+from harness.models.shapes import shape_of
 from harness.plan.activations import (
     DTYPE_BYTES,
     ActivationFootprint,
@@ -67,7 +67,7 @@ class MemoryEstimate:
 
 
 def estimate_memory(case: MemoryCase) -> MemoryEstimate:
-    shape = get_shape(case.model)
+    shape = shape_of(case.model)
     acts = activation_footprint(
         case.model, case.seq_len, case.micro_batch, case.dtype, case.model_impl
     )
@@ -168,9 +168,12 @@ def _sharded_states(shard_elements: int) -> dict[str, int]:
 
 @functools.lru_cache(maxsize=16)
 def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
-    from harness.models.llama import build_model
+    """The model on meta; a preset's native and Hugging Face builds lay out alike (same
+    parameter shapes), an hf:<path> config only as its own Hugging Face model."""
+    from harness.models.build import build_job_model
+    from harness.models.shapes import is_hf_config
 
-    return build_model(model, device="meta")
+    return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -182,12 +185,14 @@ def yafsdp_buffers(
     import torch
 
     from harness.engines.base import DTYPES
+    from harness.models.build import decoder_parts
     from yafsdp_impl.buffers import Buffers
     from yafsdp_impl.layout import build_layout
     from yafsdp_impl.plan import choose_plan
 
     m = _meta_model(model)
-    layout = build_layout(m, [m.tok_embeddings, *m.layers, m.output], world_size)
+    parts = decoder_parts(m)
+    layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
     plan = choose_plan(
         layout,
         "min_bytes",  # the adapter's default
@@ -209,7 +214,7 @@ def yafsdp_buffers(
 def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
     """The gradient autograd makes for one weight before it is added into its place: the
     largest weight of each part, in the param dtype."""
-    shape = get_shape(case.model)
+    shape = shape_of(case.model)
     p = DTYPE_BYTES[case.dtype]
     from harness.plan.units import block_param_shapes
 
@@ -300,7 +305,7 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
 
 def _fsdp1(case: MemoryCase):
     # forward_prefetch: the next unit's all-gather is issued as a unit's forward starts.
-    return _fsdp(case, fsdp1_units(get_shape(case.model), case.world_size),
+    return _fsdp(case, fsdp1_units(shape_of(case.model), case.world_size),
                  head_kept=False, forward_ahead=1, fsdp2=False)  # fmt: skip
 
 
@@ -308,12 +313,12 @@ def _fsdp2(case: MemoryCase, *, tuned: bool):
     # On a GPU the next group's all-gather is issued while the current one computes; on
     # CPU stock FSDP2 gathers synchronously, the tuned variant one ahead explicitly.
     ahead = 1 if (tuned or case.asynchronous) else 0
-    return _fsdp(case, fsdp2_units(get_shape(case.model), case.world_size),
+    return _fsdp(case, fsdp2_units(shape_of(case.model), case.world_size),
                  head_kept=True, forward_ahead=ahead, fsdp2=True)  # fmt: skip
 
 
 def _local(case: MemoryCase):
-    shape = get_shape(case.model)
+    shape = shape_of(case.model)
     n, p = shape.num_params(), DTYPE_BYTES[case.dtype]
     static = {
         "unsharded_weights": n * p,  # the working copy the model computes with

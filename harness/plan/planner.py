@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config import JobConfig
-from harness.models.shapes import get_shape
+from harness.models.shapes import shape_of
 from harness.plan.collectives import Network
 from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory
 from harness.plan.timing import TimeCase, TimeEstimate, estimate_time
@@ -132,7 +132,7 @@ def smallest_fitting_ckpt(cfg: JobConfig) -> int | None:
     def fits(n: int) -> bool:
         return estimate_memory(memory_case(cfg, n)).peak_bytes <= have
 
-    lo, hi = 0, get_shape(cfg.model).n_layers
+    lo, hi = 0, shape_of(cfg.model).n_layers
     if not fits(hi):
         return None
     while lo < hi:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.models.shapes import get_shape
+from harness.models.shapes import shape_of
 from harness.plan.activations import DTYPE_BYTES
 from harness.plan.collectives import Network
 from harness.plan.units import fsdp1_units, fsdp2_units
@@ -80,7 +80,7 @@ class _Streams:
 def estimate_time(
     case: TimeCase, net: Network, *, peak_flops: float, efficiency: float, memory_gbps: float
 ) -> TimeEstimate:
-    shape = get_shape(case.model)
+    shape = shape_of(case.model)
     tokens = case.micro_batch * case.seq_len
     rate = peak_flops * efficiency
     layer_fwd = tokens * (2 * shape.layer_params() + 4 * shape.dim * case.seq_len) / rate
