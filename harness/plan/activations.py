@@ -351,5 +351,5 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 def _from_json(d: dict[str, Any]) -> ActivationFootprint:
     layers = {k: LayerFootprint(**d[k]) for k in ("plain", "checkpointed", "projection", "loss")}
-    rest = {k: v for k, v in d.items() if k not in layers}
-    return ActivationFootprint(**layers, **rest)
+    fields: dict[str, Any] = {**d, **layers}  # the byte counts as they were, layers typed
+    return ActivationFootprint(**fields)

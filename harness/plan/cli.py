@@ -44,7 +44,7 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
     parser = OverridesParser.create()
     parsed = parser.parse_overrides(overrides)
     _refuse_unknown_keys([o.get_key_element() for o in parsed])
-    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
     swept = {o.get_key_element(): list(o.sweep_string_iterator()) for o in parsed
              if o.is_sweep_override()}  # fmt: skip
     GlobalHydra.instance().clear()
@@ -62,7 +62,8 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
             cfg = _applied(base, parser.parse_overrides(extra), fixed_values)
             if cfg is None:  # an option with a defaults list of its own: let Hydra compose
                 cfg = compose("config", overrides=fixed + extra)
-            errors = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))
+            as_dict: Any = OmegaConf.to_container(cfg, resolve=False)
+            errors = unknown_field_errors(as_dict)
             if errors:
                 raise PlanError("; ".join(errors))
             job: JobConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
