@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from harness.config import JobConfig
 from harness.engines.base import DTYPES
-from harness.models.shapes import get_shape
+from harness.models.shapes import shape_of
 from harness.plan.units import fsdp1_units
 from yafsdp_impl import collectives
 
@@ -45,7 +45,7 @@ def probe_bandwidth(cfg: JobConfig, device: torch.device) -> dict[str, Any]:
     """Best-of-REPEATS bus bandwidth of each collective at each message size (GB/s)."""
     group = dist.distributed_c10d._get_default_group()
     p, rank = dist.get_world_size(), dist.get_rank()
-    units = fsdp1_units(get_shape(cfg.model), p)
+    units = fsdp1_units(shape_of(cfg.model), p)
     gloo = not collectives.has_native_reduce_scatter(group)
     rows: dict[str, list[dict[str, float]]] = {"all_gather": [], "reduce_scatter": []}
     for numel in sorted({units.block, units.largest}):
