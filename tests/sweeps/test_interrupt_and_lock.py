@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 
 from harness.dirlock import LOCK_FILE
-from tests.sweeps.test_local_sweep import REPO, TINY, multirun, rows
+from tests.processes import REPO
+from tests.sweeps.test_local_sweep import TINY, multirun, rows
 
 GRID = ("engine=local,fsdp2",)
 

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.sweeps.test_local_sweep import REPO, multirun, rows
+from tests.processes import REPO
+from tests.sweeps.test_local_sweep import multirun, rows
 
 
 def test_tiny_sweep_ends_in_a_report(tmp_path: Path) -> None:
