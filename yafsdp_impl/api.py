@@ -143,6 +143,12 @@ class YaFSDP:
         before it: the gathers would read the old weights)."""
         self.schedule.prefetch_next_step()
 
+    def wait_in_flight(self) -> None:
+        """Block until every collective this engine issued has completed (e.g. the gathers
+        `prefetch_next_step` started), so a timed step can end with no work still running.
+        On CUDA the current stream waits for them; synchronise the device to block the host."""
+        self.schedule.wait_in_flight()
+
     @property
     def schedule_log(self) -> list[tuple[str, str]]:
         """(op, unit) for every collective and unit forward/backward, in issue order."""

@@ -10,7 +10,8 @@ unit, each a view of the flat master: a non-fused optimizer's temporaries are th
 by one unit's shard, not by the whole shard. Staging: one reduce-dtype copy of a gradient
 buffer (or of a chunk of it, for a unit larger than the staging) that the reduce-scatter
 reads, so that the gradient buffer is free again as soon as it is copied (one reduce-
-scatter is in flight at a time; it has the next unit's backward to finish).
+scatter is in flight at a time through it; it has the next unit's backward to finish;
+weight buffers that backward has passed lend staging-sized lanes for more, see schedule).
 """
 
 from __future__ import annotations

@@ -8,11 +8,23 @@ that uses that buffer starts its backward. The end of backward flushes the rest 
 order every rank shares and reduces the resident unit once per step. On the step's last
 micro-batch each finished reduce-scatter divides its slice of the master gradient (the one
 division) and adds its squared norm to the clipping total.
+
+Lent weight buffers: once backward has passed a unit, its weight buffer is free until the
+next gather into it (on the step's last micro-batch every unit is gathered afresh; on the
+others units 0 and 1 are kept), so it is lent to the reduce-scatters as staging lanes, each
+as large as the staging buffer. While any is lent, a waiting unit's reduce-scatter goes out
+as soon as free lanes hold all its pieces, and a piece finding no free lane waits for the
+oldest one in flight. So the last units' reduce-scatters overlap each other and unit 0's
+backward instead of queueing on the one staging buffer, and with `ends_shared` the output
+unit's goes out while the layers' backward runs (its buffer is free until unit 0 is
+gathered). What is lent and issued when depends on the layout alone: every rank's order
+of collectives stays the same.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +38,9 @@ from yafsdp_impl import collectives
 from yafsdp_impl.buffers import Buffers
 from yafsdp_impl.events import DONE, Event, Streams
 from yafsdp_impl.layout import Layout
+
+# Units 0 and 1 stay gathered from one micro-batch's backward into the next one's forward.
+KEPT_GATHERED = 2
 
 
 class Phase(enum.Enum):
@@ -60,6 +75,17 @@ class ReduceScatterInFlight:
     last_micro: bool
 
 
+@dataclass(slots=True)
+class StagingLane:
+    """Reduce-dtype room for one reduce-scatter piece: its input (`full`, P x chunk) and,
+    for a native reduce-scatter, its output (`out`, chunk). `weight_buffer`: the weight
+    buffer it is carved from, or None for the staging buffer itself."""
+
+    full: torch.Tensor
+    out: torch.Tensor | None
+    weight_buffer: int | None
+
+
 class Schedule:
     def __init__(
         self,
@@ -83,7 +109,12 @@ class Schedule:
         self.version = 0  # bumped whenever the master weights may have changed (a new step)
         self.slots = [BufferSlot() for _ in buffers.weight]
         self.resident_ready: Event = DONE
-        self.unit_reduce_scatter: ReduceScatterInFlight | None = None  # reads the staging
+        self.chunk = buffers.staging.numel() // self.world_size  # per rank, per piece
+        self.staging_lane = StagingLane(buffers.staging, buffers.reduced, None)
+        self.lanes = [self.staging_lane]  # the staging, plus lent weight buffers' lanes
+        self.weight_lanes = [self._lanes_in(k) for k in range(len(buffers.weight))]
+        # Unit reduce-scatters in issue order, each with the lane it reads.
+        self.in_flight: deque[tuple[ReduceScatterInFlight, StagingLane]] = deque()
         self.resident_reduce_scatter: ReduceScatterInFlight | None = None
         self.grads_waiting: set[int] = set()  # units whose gradients sit in a grad buffer
         self.micro = 0
@@ -134,9 +165,11 @@ class Schedule:
         if i > 0:
             self._gather(i - 1)
         k = self.buffers.buffer_of[i]
+        self._lend_weight_buffers(done_from=i + 1)
         previous = [u for u in self.grads_waiting if self.buffers.buffer_of[u] == k]
         for u in previous:
             self._reduce_scatter(u)  # lazy: its gradient buffer is needed now
+        self._reduce_scatter_while_lanes_free()  # early, where lent buffers make room
         self._wait_weights(i)
         self.buffers.grad[k][: self.layout.units[i].padded_numel].zero_()
         self.grads_waiting.add(i)
@@ -144,7 +177,9 @@ class Schedule:
 
     def _end_backward(self) -> None:
         self.close_range()
+        self.log.append(("end_backward", "all"))
         b = self.buffers
+        self._lend_weight_buffers(done_from=0)
         for i in sorted(self.grads_waiting, reverse=True):
             self._reduce_scatter(i)
         b.resident_staging.add_(b.resident_grad)
@@ -155,8 +190,10 @@ class Schedule:
             self.resident_reduce_scatter = self._launch_reduce_scatter(
                 res.name, b.resident_reduced, b.resident_staging, b.resident_master_grad, -1
             )
-        self._finish_unit_reduce_scatter()
+        while self.in_flight:
+            self._finish_oldest_reduce_scatter()
         self._finish_resident_reduce_scatter()
+        self.lanes = [self.staging_lane]  # the lent weight buffers are drained: return them
         if last:
             b.resident_staging.zero_()
             self.micro = 0
@@ -177,6 +214,19 @@ class Schedule:
         self._open_step()
         for i in range(min(2, len(self.layout.units))):
             self._gather(i)
+
+    def wait_in_flight(self) -> None:
+        """Wait for every collective still in flight (on CPU the gloo threads may still be
+        moving a prefetched gather): afterwards no issued work is outstanding."""
+        with record_function("yafsdp.wait.in_flight"):
+            for slot in self.slots:
+                slot.ready.wait()
+                slot.ready = DONE
+            self.resident_ready.wait()
+            self.resident_ready = DONE
+            while self.in_flight:
+                self._finish_oldest_reduce_scatter()
+            self._finish_resident_reduce_scatter()
 
     def _open_step(self) -> None:
         b = self.buffers
@@ -219,6 +269,7 @@ class Schedule:
         slot = self.slots[k]
         if slot.holds(i, self.version):
             return  # still holds this unit's current weights: no re-gather
+        self._take_back(k)
         # A gather still in flight into this buffer (prefetched, then the weights reloaded)
         # must land before the next one: gloo may run two collectives concurrently.
         slot.ready.wait()
@@ -249,25 +300,93 @@ class Schedule:
     # ---- gradients --------------------------------------------------------------------
 
     def _reduce_scatter(self, i: int) -> None:
-        """Reduce-scatter unit i's gradient buffer through the staging buffer: in one piece,
-        or, for a unit larger than the staging, in chunks (chunk c holds the c-th piece of
-        every rank's shard, so each reduce-scatter yields a piece of this rank's shard)."""
+        """Reduce-scatter unit i's gradient buffer through staging lanes: in one piece, or,
+        for a unit larger than the staging, in chunks (chunk c holds the c-th piece of every
+        rank's shard, so each reduce-scatter yields a piece of this rank's shard). A piece
+        takes a free lane, or the lane of the oldest reduce-scatter once that one is done."""
         b = self.buffers
         unit = self.layout.units[i]
         self.grads_waiting.discard(i)
         p, shard = self.world_size, unit.shard_numel
         grad = b.grad[b.buffer_of[i]][: unit.padded_numel].view(p, shard)
         master_grad = b.master_grad[b.master_shard(unit)]
-        chunk = b.staging.numel() // p
-        for lo in range(0, shard, chunk):
-            n = min(chunk, shard - lo)
-            self._finish_unit_reduce_scatter()  # frees the staging buffer
-            staging = b.staging[: p * n]
+        for lo in range(0, shard, self.chunk):
+            n = min(self.chunk, shard - lo)
+            lane = self._free_lane()
+            if lane is None:
+                lane = self._finish_oldest_reduce_scatter()
+            staging = lane.full[: p * n]
             staging.view(p, n).copy_(grad[:, lo : lo + n])
-            out = b.reduced[:n] if b.reduced is not None else None
-            self.unit_reduce_scatter = self._launch_reduce_scatter(
-                unit.name, out, staging, master_grad[lo : lo + n], i
-            )
+            out = lane.out[:n] if lane.out is not None else None
+            rs = self._launch_reduce_scatter(unit.name, out, staging, master_grad[lo : lo + n], i)
+            self.in_flight.append((rs, lane))
+
+    def _pieces(self, i: int) -> int:
+        return -(-self.layout.units[i].shard_numel // self.chunk)
+
+    def _free_lane(self) -> StagingLane | None:
+        busy = {id(lane) for _, lane in self.in_flight}
+        return next((lane for lane in self.lanes if id(lane) not in busy), None)
+
+    def _finish_oldest_reduce_scatter(self) -> StagingLane:
+        rs, lane = self.in_flight.popleft()
+        self._add_into_master_grad(rs)
+        return lane
+
+    def _lanes_in(self, k: int) -> list[StagingLane]:
+        """Weight buffer k cut into staging-sized lanes of the reduce dtype (views, no bytes:
+        a buffer smaller than one lane, e.g. bf16 weights for an fp32 reduction, gives none)."""
+        b, p = self.buffers, self.world_size
+        out_numel = self.chunk if b.reduced is not None else 0
+        lane_numel = p * self.chunk + out_numel
+        dtype = b.staging.dtype
+        raw = b.weight[k].view(torch.uint8)
+        room = raw[: raw.numel() // dtype.itemsize * dtype.itemsize].view(dtype)
+        lanes = []
+        for lo in range(0, room.numel() - lane_numel + 1, lane_numel):
+            full = room[lo : lo + p * self.chunk]
+            out = room[lo + p * self.chunk : lo + lane_numel] if out_numel else None
+            lanes.append(StagingLane(full, out, k))
+        return lanes
+
+    def _lend_weight_buffers(self, done_from: int) -> None:
+        """Lend to the reduce-scatters every weight buffer whose unit has finished backward
+        (index >= done_from) and is not read again before the next gather into it: any unit
+        on the step's last micro-batch, else all but the units the next forward keeps
+        gathered. Its slot forgets the unit; a gather into it first takes the lanes back."""
+        lent = {lane.weight_buffer for lane in self.lanes}
+        for k, slot in enumerate(self.slots):
+            if k in lent or not self.weight_lanes[k]:
+                continue
+            if slot.owner is not None and slot.owner < done_from:
+                continue  # its unit's backward is still to run
+            if slot.owner is not None and slot.owner < KEPT_GATHERED and not self._last_micro:
+                continue  # the next micro-batch's forward reads it as it stands
+            slot.ready.wait()  # a gather into it, if any, has landed
+            slot.owner, slot.version, slot.ready = None, -1, DONE
+            self.lanes.extend(self.weight_lanes[k])
+
+    def _take_back(self, k: int) -> None:
+        """Weight buffer k is about to be gathered into: wait for the reduce-scatters that
+        read its lanes (finishing in issue order) and stop lending it."""
+        if all(lane.weight_buffer != k for lane in self.lanes):
+            return
+        while any(lane.weight_buffer == k for _, lane in self.in_flight):
+            self._finish_oldest_reduce_scatter()
+        self.lanes = [lane for lane in self.lanes if lane.weight_buffer != k]
+
+    def _reduce_scatter_while_lanes_free(self) -> None:
+        """Issue the waiting units' reduce-scatters now (highest unit first, the order the end
+        of backward uses), as long as each fits in free lanes: never wait for a lane here.
+        Only while a weight buffer is lent: the staging alone keeps the lazy order."""
+        if all(lane.weight_buffer is None for lane in self.lanes):
+            return
+        for u in sorted(self.grads_waiting, reverse=True):
+            busy = {id(lane) for _, lane in self.in_flight}
+            free = sum(1 for lane in self.lanes if id(lane) not in busy)
+            if free < self._pieces(u):
+                return
+            self._reduce_scatter(u)
 
     @property
     def _last_micro(self) -> bool:
@@ -296,11 +415,6 @@ class Schedule:
         sq_norm = self.grad_sq_norms[norm_index]
         return ReduceScatterInFlight(name, done, result[0], master_grad, sq_norm, self._last_micro)
 
-    def _finish_unit_reduce_scatter(self) -> None:
-        if self.unit_reduce_scatter is not None:
-            self._add_into_master_grad(self.unit_reduce_scatter)
-            self.unit_reduce_scatter = None
-
     def _finish_resident_reduce_scatter(self) -> None:
         if self.resident_reduce_scatter is not None:
             self._add_into_master_grad(self.resident_reduce_scatter)
@@ -315,6 +429,7 @@ class Schedule:
 
     def _add_into_master_grad(self, rs: ReduceScatterInFlight) -> None:
         """Wait for the reduce-scatter and add this rank's summed chunk to the master grad."""
+        self.log.append(("wait_reduce_scatter", rs.name))
         with record_function(f"yafsdp.wait.reduce_scatter.{rs.name}"):
             rs.done.wait()
         rs.master_grad.add_(rs.reduced)

@@ -11,6 +11,7 @@ import copy
 import time
 
 import torch
+import torch.distributed as dist
 
 from tests.engine.census import EngineAllocations, LargeReads
 from tests.engine.models import BATCH, batch, build, loss_of, units_of, vocab_of
@@ -27,6 +28,7 @@ EPS = 1e-6
 MAX_NORM = 0.5
 STEPS = 3
 DELAY_S = 0.02
+PREFETCH_LATE_S = 0.3
 
 
 def optimizer(engine: YaFSDP) -> torch.optim.Optimizer:
@@ -113,8 +115,25 @@ def train_fp32(name: str, rank: int) -> tuple[dict, YaFSDP, torch.optim.Optimize
     out["final"] = engine.full_state_dict()
     out["optim"] = engine.full_optim_state_dict(opt)
     out["memory"] = engine.memory_report(opt)
+    out["lanes_inside_weight_buffers"] = lanes_inside_weight_buffers(engine)
     out["padding"] = padding_facts(engine)
     return out, engine, opt
+
+
+def lanes_inside_weight_buffers(engine: YaFSDP) -> list[int]:
+    """How many staging lanes each weight buffer lends, once every lane is checked to lie
+    inside its buffer (so the lanes hold no bytes of their own)."""
+    counts = []
+    for k, lanes in enumerate(engine.schedule.weight_lanes):
+        w = engine.buffers.weight[k]
+        lo, hi = w.data_ptr(), w.data_ptr() + w.numel() * w.element_size()
+        for lane in lanes:
+            for t in (lane.full, lane.out):
+                if t is not None:
+                    end = t.data_ptr() + t.numel() * t.element_size()
+                    assert lo <= t.data_ptr() and end <= hi, f"lane outside weight buffer {k}"
+        counts.append(len(lanes))
+    return counts
 
 
 def padding_facts(engine: YaFSDP) -> dict[str, object]:
@@ -207,6 +226,31 @@ def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype, prefetch: bool =
     }
 
 
+def prefetch_then_wait(name: str, rank: int) -> dict:
+    """One fp32 step, then `prefetch_next_step()` and `wait_in_flight()`, with every rank
+    but 0 late to the prefetch by PREFETCH_LATE_S, so rank 0's gathers cannot land before
+    then. Rank 0 copies units 0 and 1's weight buffers right after issuing the prefetch and
+    right after the wait; both are compared with the updated weights."""
+    model = build(name)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32)
+    opt = optimizer(engine)
+    loss_of(engine, batch(vocab_of(model), 0, rank)).backward()
+    opt.step()
+    b, units = engine.buffers, engine.layout.units
+    held = lambda: [b.weight[b.buffer_of[i]][: units[i].numel].clone() for i in (0, 1)]  # noqa: E731
+    dist.barrier()
+    if rank != 0:
+        time.sleep(PREFETCH_LATE_S)
+    engine.prefetch_next_step()
+    before_wait = held()
+    engine.wait_in_flight()
+    after_wait = held()
+    full = engine.full_state_dict()
+    want = [torch.cat([full[s.name].flatten() for s in units[i].slots]) for i in (0, 1)]
+    same = lambda got: all(torch.equal(g, w) for g, w in zip(got, want, strict=True))  # noqa: E731
+    return {"fresh_before_wait": same(before_wait), "fresh_after_wait": same(after_wait)}
+
+
 def train_accum(name: str, rank: int, micro: int) -> dict:
     """One step of `micro` micro-batches of one sequence each, from the same BATCH tokens."""
     model = build(name)
@@ -248,6 +292,7 @@ def train_ends_shared(name: str, rank: int) -> dict:
         out["losses"].append(loss.item())
         out["logs"].append(list(engine.schedule_log))
     out["final"] = engine.full_state_dict()
+    out["lanes"] = lanes_inside_weight_buffers(engine)
     model = build(name)
     engine = YaFSDP(
         model, units_of(model), param_dtype=torch.float32, grad_accum_steps=BATCH,
@@ -277,6 +322,7 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["bf16"] = train_bf16(name, rank, torch.float32)
         r["bf16_reduce"] = train_bf16(name, rank, torch.bfloat16)
         r["bf16_prefetch"] = train_bf16(name, rank, torch.float32, prefetch=True)
+        r["prefetch_wait"] = prefetch_then_wait(name, rank)
         r["accum"] = train_accum(name, rank, BATCH)
         r["ckpt"] = train_ckpt(name, rank, 2)
         r["ends_shared"] = train_ends_shared(name, rank)

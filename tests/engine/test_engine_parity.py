@@ -267,6 +267,55 @@ def test_lazy_reduce_scatter(ws: int, name: str) -> None:
     assert count(log, "reduce_scatter") == u + 1
 
 
+def in_flight_reduce_scatters(log: list[tuple[str, str]]) -> list[list[str]]:
+    """Replay a step's log: the unit reduce-scatters issued and not yet waited, as each is
+    issued. Waits must come in issue order (checked here)."""
+    pending: list[str] = []
+    seen = []
+    for op, unit in log:
+        if op == "reduce_scatter":
+            pending.append(unit)
+            seen.append(list(pending))
+        elif op == "wait_reduce_scatter":
+            assert pending and pending[0] == unit, f"{unit} waited before {pending[:1]}"
+            pending.pop(0)
+    assert pending == []  # the end of backward waits for everything it issued
+    return seen
+
+
+@params
+@models
+def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, name: str) -> None:
+    """End of backward, on the step's last micro-batch: weight buffers the backward has
+    passed are lent as staging lanes, so the last units' reduce-scatters do not queue on the
+    one staging buffer. Every reduce-scatter issued once unit 0's backward starts (and the
+    resident one) is issued before the first of them is waited; unit 2's goes out during
+    unit 0's backward; with ends_shared on llama_tiny the output unit's chunks go out as the
+    layers' backward starts (the output's weight buffer is free until unit 0 is gathered),
+    not at unit 0. The lanes are views into the weight buffers; results equal the reference."""
+    ref = reference(name, ws)
+    r = suite(ws)[0][name]
+    assert r["lanes_inside_weight_buffers"] == [1, 1]  # fp32: each buffer is staging-sized
+    for log in [*r["logs"], *r["ends_shared"]["logs"]]:
+        in_flight_reduce_scatters(log)
+        start, end = log.index(("backward", "unit0")), log.index(("end_backward", "all"))
+        final = [i for i, e in enumerate(log) if e[0] == "reduce_scatter" and i > start]
+        final_units = {log[i][1] for i in final}
+        waits = [i for i, (op, u) in enumerate(log) if op == "wait_reduce_scatter"]
+        first_wait = min(i for i in waits if log[i][1] in final_units)
+        assert len(final) >= 3 and max(final) < first_wait
+        assert start < log.index(("reduce_scatter", "unit2")) < end
+    if name == "llama_tiny":
+        assert r["ends_shared"]["lanes"][0] >= 1  # the output's buffer lends a lane
+        log = r["ends_shared"]["logs"][0]
+        last = f"unit{r['n_units'] - 1}"
+        issued = [i for i, e in enumerate(log) if e == ("reduce_scatter", last)]
+        assert len(issued) > 1  # chunked
+        assert max(issued) < log.index(("backward", f"unit{r['n_units'] - 3}"))
+    assert_dicts_close(r["grads1"], ref["grads1"], **FP32)
+    assert_dicts_close(r["ends_shared"]["grads1"], ref["grads1"], **FP32)
+
+
 @params
 @models
 def test_accumulation_equals_one_larger_batch(ws: int, name: str) -> None:
@@ -377,3 +426,15 @@ def test_prefetched_gathers_start_after_the_step_and_hold_updated_weights(
             if step > 0:
                 assert log[0] == ("forward", "unit0")  # nothing left to gather first
             assert count(log, "all_gather") == 2 * u - 1 + (3 if step == 0 else 0)
+
+
+@params
+@models
+def test_wait_in_flight_returns_with_the_prefetched_gathers_landed(ws: int, name: str) -> None:
+    """wait_in_flight() after prefetch_next_step(): the other ranks join the gathers late, so
+    just after the prefetch rank 0's first two weight buffers are not yet updated (with two
+    or more ranks); just after the wait they hold the updated weights."""
+    r = suite(ws)[0][name]["prefetch_wait"]
+    assert r["fresh_after_wait"]
+    if ws > 1:
+        assert not r["fresh_before_wait"]
