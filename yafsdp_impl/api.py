@@ -15,7 +15,7 @@ from torch.utils.checkpoint import checkpoint
 from yafsdp_impl import collectives, state_dict
 from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
-from yafsdp_impl.layout import build_layout, copy_into_shard
+from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
 from yafsdp_impl.plan import BufferPlan, choose_plan
 from yafsdp_impl.schedule import Schedule
 
@@ -234,7 +234,7 @@ class YaFSDP:
     @torch.no_grad()
     def _place_frozen_and_buffers(self) -> None:
         for s in self.layout.frozen:
-            value = s.module._parameters[s.attr]
+            value: torch.Tensor = frozen_param(s)
             if value.is_meta and self._init_fn is not None:
                 value = self._init_fn(s.name, s.shape)
             value = value.to(self.device, self.param_dtype)

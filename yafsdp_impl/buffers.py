@@ -84,7 +84,7 @@ class Buffers:
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
         staging = [self.staging, self.resident_staging]
         if self.reduced is not None:
-            staging += [self.reduced, self.resident_reduced]
+            staging += [t for t in (self.reduced, self.resident_reduced) if t is not None]
         if self.gather_source is not self.master:
             staging += [self.gather_source, self.resident_gather_source]
         return {
@@ -120,5 +120,8 @@ def _alias(base: torch.Tensor, offset: int, shape: torch.Size) -> torch.Tensor:
     it) would make autograd reject the weights it saved for backward.
     """
     t = torch.empty(0, dtype=base.dtype, device=base.device)
-    t.set_(base.untyped_storage(), base.storage_offset() + offset, shape)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):  # contiguous, as the buffer's slices are
+        strides[i] = strides[i + 1] * shape[i + 1]
+    t.set_(base.untyped_storage(), base.storage_offset() + offset, shape, strides)
     return t

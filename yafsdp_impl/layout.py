@@ -32,6 +32,13 @@ class ParamSlot:
         return self.shape.numel()
 
 
+def frozen_param(slot: ParamSlot) -> nn.Parameter:
+    """A frozen parameter as its module holds it now (the engine never replaces those)."""
+    param = slot.module._parameters[slot.attr]
+    assert param is not None, f"{slot.name} was removed from its module"
+    return param
+
+
 @dataclass(slots=True)
 class UnitLayout:
     """A unit flattened in module order and zero-padded to a multiple of the world size."""

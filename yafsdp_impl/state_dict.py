@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from yafsdp_impl import collectives
 from yafsdp_impl.buffers import Buffers
-from yafsdp_impl.layout import Layout, UnitLayout, copy_into_shard
+from yafsdp_impl.layout import Layout, UnitLayout, copy_into_shard, frozen_param
 
 
 @torch.no_grad()
@@ -47,7 +47,7 @@ def full_state_dict(
     """
     out = _gather_named(layout, buffers, group, buffers.master, buffers.resident_master)
     for s in layout.frozen:
-        out[s.name] = s.module._parameters[s.attr].detach().float().cpu().clone()
+        out[s.name] = frozen_param(s).detach().float().cpu().clone()
     return dict(sorted(out.items()))
 
 
@@ -71,7 +71,7 @@ def load_full_state_dict(
         copy_into_shard(u, rank, sd, buffers.master[buffers.master_shard(u)])
     copy_into_shard(layout.resident, rank, sd, buffers.resident_master)
     for s in layout.frozen:
-        s.module._parameters[s.attr].copy_(sd[s.name])
+        frozen_param(s).copy_(sd[s.name])
 
 
 def local_state_dict(layout: Layout, buffers: Buffers, group: dist.ProcessGroup) -> dict[str, Any]:
