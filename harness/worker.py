@@ -17,7 +17,7 @@ import torch.distributed as dist
 from harness import metrics
 from harness.config import JobConfig
 from harness.data import token_batch
-from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers, wrap_model
+from harness.engines.base import RunContext, checkpoint_first_layers, wrap_model
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
 from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
@@ -93,17 +93,7 @@ def train(
     model, shape = build_job_model(cfg.model, cfg.model_impl)  # on meta: no memory yet
     model_impl_settings = model_settings(model)  # before an engine renames its class
     peak_flops, peak_source = _peak_flops(cfg, device)
-    ctx = RunContext(
-        rank=rank,
-        world_size=world_size,
-        device=device,
-        param_dtype=DTYPES[cfg.dtype],
-        reduce_dtype=DTYPES[cfg.engine.reduce_dtype],
-        ckpt_layers=cfg.ckpt_layers,
-        grad_accum=cfg.grad_accum,
-        seed=cfg.seed,
-        cfg=cfg.engine,
-    )
+    ctx = RunContext.of_job(cfg, rank=rank, world_size=world_size, device=device)
     losses: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
     state: dict[str, Any] = {}

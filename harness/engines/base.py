@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from harness.config import EngineConfig
+from harness.config import EngineConfig, JobConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -32,6 +32,23 @@ class RunContext:
     grad_accum: int
     seed: int
     cfg: EngineConfig
+
+    @classmethod
+    def of_job(
+        cls, job: JobConfig, *, rank: int, world_size: int, device: torch.device
+    ) -> RunContext:
+        """What an engine needs of a job's config on one rank."""
+        return cls(
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            param_dtype=DTYPES[job.dtype],
+            reduce_dtype=DTYPES[job.engine.reduce_dtype],
+            ckpt_layers=job.ckpt_layers,
+            grad_accum=job.grad_accum,
+            seed=job.seed,
+            cfg=job.engine,
+        )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

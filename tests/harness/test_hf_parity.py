@@ -13,6 +13,7 @@ from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES, REFERENCE
 from tests.distributed import run_on_ranks
 from tests.harness.hf_configs import LLAMA, QWEN2, write_config
+from tests.harness.training import train_jobs
 
 pytest.importorskip("transformers")
 
@@ -40,22 +41,12 @@ def _config(model: str, label: str, ckpt_layers: int, world_size: int) -> JobCon
     )
 
 
-def _train_all(rank: int, world_size: int, configs: list[JobConfig], root: str) -> list:
-    from harness.worker import train
-
-    out = []
-    for i, cfg in enumerate(configs):
-        result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
-        out.append((result.metrics.to_dict(), result.engine_settings) if result else None)
-    return out
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_engines_agree_on_hf_models(world_size: int, tmp_path: Path) -> None:
     paths = {name: write_config(tmp_path, name, cfg) for name, (cfg, _) in MODELS.items()}
     cases = [(name, engine) for name in MODELS for engine in ENGINES]
     configs = [_config(paths[n], e, MODELS[n][1], world_size) for n, e in cases]
-    rank0 = run_on_ranks(_train_all, world_size, configs, str(tmp_path / "jobs"))[0]
+    rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path / "jobs"))[0]
     runs = dict(zip(cases, rank0, strict=True))
 
     for name in MODELS:

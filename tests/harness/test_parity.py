@@ -11,6 +11,7 @@ import torch
 from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES, REFERENCE
 from tests.distributed import run_on_ranks
+from tests.harness.training import train_jobs
 
 STEPS = 3
 # Below llama_tiny's gradient norm at these settings, so clipping changes every update
@@ -41,23 +42,13 @@ def _config(label: str, dtype: str, ckpt_layers: int, world_size: int) -> JobCon
     )
 
 
-def _train_all(rank: int, world_size: int, configs: list[JobConfig], root: str) -> list:
-    from harness.worker import train
-
-    out = []
-    for i, cfg in enumerate(configs):
-        result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
-        out.append(result.metrics.to_dict() if result else None)
-    return out
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_engines_agree_on_losses_and_grad_norms(world_size: int, tmp_path: Path) -> None:
     # Checkpointing is exercised in fp32, where the tolerance is tight.
     cases = [(e, "fp32", c) for e in ENGINES for c in (0, 1)] + [(e, "bf16", 0) for e in ENGINES]
     configs = [_config(e, d, c, world_size) for e, d, c in cases]
-    rank0 = run_on_ranks(_train_all, world_size, configs, str(tmp_path))[0]
-    metrics = dict(zip(cases, rank0, strict=True))
+    rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path))[0]
+    metrics = {case: run[0] for case, run in zip(cases, rank0, strict=True)}
 
     for dtype in RTOL:
         reference = metrics[(REFERENCE, dtype, 0)]

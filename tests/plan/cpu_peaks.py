@@ -10,7 +10,7 @@ import torch
 
 from harness.config import JobConfig
 from harness.data import token_batch
-from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers
+from harness.engines.base import RunContext, checkpoint_first_layers
 from harness.engines.registry import ENGINES, get_engine
 from harness.memory import cpu_peak_allocated
 from harness.models.llama import build_model
@@ -23,17 +23,7 @@ STEPS = 2  # the job's memory-tracked warm-up steps: the second holds the AdamW 
 def peak_of(cfg: JobConfig, rank: int, world_size: int) -> int:
     shape = get_shape(cfg.model)
     device = torch.device("cpu")
-    ctx = RunContext(
-        rank=rank,
-        world_size=world_size,
-        device=device,
-        param_dtype=DTYPES[cfg.dtype],
-        reduce_dtype=DTYPES[cfg.engine.reduce_dtype],
-        ckpt_layers=cfg.ckpt_layers,
-        grad_accum=cfg.grad_accum,
-        seed=cfg.seed,
-        cfg=cfg.engine,
-    )
+    ctx = RunContext.of_job(cfg, rank=rank, world_size=world_size, device=device)
 
     def run() -> None:
         model = build_model(shape, device="meta")

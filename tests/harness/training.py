@@ -1,0 +1,24 @@
+"""Train several job configs in one process group (the tests' way to compare engines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.config import JobConfig
+
+
+def train_jobs(
+    rank: int, world_size: int, configs: list[JobConfig], root: str
+) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
+    """Each config's (metrics, engine settings) on this rank, trained one after another by
+    the worker's own training function; None for a job that returned no result."""
+    from harness.worker import train
+
+    out: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
+    for i, cfg in enumerate(configs):
+        result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
+        out.append((result.metrics.to_dict(), result.engine_settings) if result else None)
+    return out
