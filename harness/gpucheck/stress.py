@@ -55,7 +55,7 @@ def poisoned_collectives(sleep_cycles: int) -> Iterator[None]:
 
 
 def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
-    """Before the compute stream writes the param-dtype master copy and the staging buffer
+    """Before the compute stream writes the param-dtype master copy and the staging lanes
     (both read by collectives), fill them with NaN and sleep: a collective that does not
     wait for those writes gathers or reduces NaN."""
     schedule, b = engine.schedule, engine.buffers
@@ -69,8 +69,10 @@ def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
         copy()
 
     def slow_reduce_scatter(i: int) -> None:
-        schedule._finish_unit_reduce_scatter()  # the previous one has finished reading
-        b.staging.fill_(float("nan"))
+        while schedule.in_flight:  # every staging lane has finished being read
+            schedule._finish_oldest_reduce_scatter()
+        for lane in schedule.lanes:  # the staging buffer and any lent weight buffer
+            lane.full.fill_(float("nan"))
         torch.cuda._sleep(sleep_cycles)
         reduce_scatter(i)
 
