@@ -19,7 +19,13 @@ from harness.config import (
     JobConfig,
 )
 from harness.engines.registry import ADAPTER_NAMES
-from harness.models.shapes import HF_CONFIG_PREFIX, MODEL_SHAPES, ModelShape, is_hf_config
+from harness.models.shapes import (
+    HF_CONFIG_PREFIX,
+    MODEL_SHAPES,
+    ModelShape,
+    is_hf_config,
+    shape_of,
+)
 from harness.slurm.resources import node_split_error
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
@@ -131,13 +137,12 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
 
 
 def _hf_shape(cfg: JobConfig, errors: list[str]) -> ModelShape | None:
-    """Build `model=hf:<path>` on the meta device (no memory) to learn its shapes, or add
-    why it cannot be trained."""
-    from harness.models.build import build_job_model
+    """The shapes of `model=hf:<path>` (a one-layer build on meta, cached per process), or
+    add why it cannot be trained."""
     from harness.models.hf import HFModelError
 
     try:
-        _, shape = build_job_model(cfg.model, cfg.model_impl)
+        shape = shape_of(cfg.model)
     except HFModelError as e:
         errors.append(f"model={cfg.model!r}: {e}")
         return None
