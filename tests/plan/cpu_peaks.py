@@ -12,7 +12,7 @@ from harness.config import JobConfig
 from harness.data import token_batch
 from harness.engines.base import RunContext, checkpoint_first_layers
 from harness.engines.registry import ENGINES, get_engine
-from harness.memory import cpu_peak_allocated
+from harness.memory import cpu_peak_allocated, frees_counted_on_every_thread
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from harness.train_step import build_optimizer, train_step
@@ -43,8 +43,7 @@ def peak_of(cfg: JobConfig, rank: int, world_size: int) -> int:
         del model, wrapped, optimizer
         gc.collect()  # while tracked: the next case then starts from this one's baseline
 
-    # What earlier cases left in the profiler's tally (frees it did not see), read from
-    # one small allocation.
+    # What earlier cases left alive, read from one small allocation.
     start = cpu_peak_allocated(lambda: torch.empty(1))[1] - 4
     _, peak = cpu_peak_allocated(run)
     return peak - start
@@ -53,11 +52,15 @@ def peak_of(cfg: JobConfig, rank: int, world_size: int) -> int:
 def measure(rank: int, world_size: int, cases: list[dict[str, Any]]) -> list[int]:
     """Peak allocated bytes of this rank for each case (model, seq_len, ckpt_layers, engine)."""
     peaks = []
-    for case in cases:
-        engine = ENGINES[case["engine"]].config()
-        cfg = JobConfig(
-            model=case["model"], seq_len=case["seq_len"], ckpt_layers=case["ckpt_layers"],
-            engine=engine, gpus=world_size, dtype="fp32", device="cpu",
-        )  # fmt: skip
-        peaks.append(peak_of(cfg, rank, world_size))
+    # Held across cases, so a block one case allocates and gloo frees later still leaves
+    # the tally before the next case reads its baseline.
+    with frees_counted_on_every_thread() as exact:
+        assert exact, "this torch's libc10 does not export the CPU allocator's tally flag"
+        for case in cases:
+            engine = ENGINES[case["engine"]].config()
+            cfg = JobConfig(
+                model=case["model"], seq_len=case["seq_len"], ckpt_layers=case["ckpt_layers"],
+                engine=engine, gpus=world_size, dtype="fp32", device="cpu",
+            )  # fmt: skip
+            peaks.append(peak_of(cfg, rank, world_size))
     return peaks
