@@ -52,17 +52,33 @@ def spec_peak_flops(device_name: str) -> float | None:
 
 
 def measure_matmul_peak_flops(
-    dtype_name: str = "bf16", size: int = 1024, repeats: int = 5
+    dtype_name: str = "bf16", max_size: int = 1024, budget_s: float = 0.25
 ) -> float:
-    """Best observed matmul FLOP/s on this CPU with the current thread count."""
+    """Best observed square-matmul FLOP/s on this CPU with the current thread count.
+
+    The size doubles from 128 while one matmul takes under 10 ms, up to `max_size`, so
+    a fast dtype is timed at a size that fills the cores and a slow one (bf16 on a CPU
+    without native bf16: ~1 GFLOP/s, 2.4 s for one 1024-sized product) stays within
+    about `budget_s` instead of costing every job many seconds. Best of 2 to 5 runs."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
-    a = torch.randn(size, size).to(dtype)
-    b = torch.randn(size, size).to(dtype)
-    a @ b  # first call pays for kernel selection
-    best = float("inf")
-    for _ in range(repeats):
+
+    def timed(size: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+        a = torch.randn(size, size).to(dtype)
+        b = torch.randn(size, size).to(dtype)
+        a @ b  # the first call pays for kernel selection
+        start = time.perf_counter()
+        a @ b
+        return time.perf_counter() - start, a, b
+
+    size = 128
+    seconds, a, b = timed(size)
+    while seconds < 0.01 and size < max_size:
+        size *= 2
+        seconds, a, b = timed(size)
+    best = seconds
+    for _ in range(max(1, min(4, int(budget_s / max(seconds, 1e-9)) - 1))):
         start = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - start)
