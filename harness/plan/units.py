@@ -19,9 +19,12 @@ def _ceil_to(n: int, multiple: int) -> int:
 
 
 def block_param_shapes(shape: ModelShape) -> list[tuple[int, ...]]:
-    """The parameter shapes of one block, as `harness.models.llama.TransformerBlock` holds them."""
+    """The parameter shapes of one block, as `harness.models.llama.TransformerBlock` holds them;
+    a Hugging Face config's extra per-layer parameters (Qwen2's q/k/v biases) as one more
+    vector (padded once instead of per bias: off by under `world_size` elements each)."""
     d, f, kv = shape.dim, shape.ffn_dim, shape.n_kv_heads * shape.head_dim
-    return [(d,), (d, d), (kv, d), (kv, d), (d, d), (d,), (f, d), (d, f), (f, d)]
+    shapes = [(d,), (d, d), (kv, d), (kv, d), (d, d), (d,), (f, d), (d, f), (f, d)]
+    return shapes + ([(shape.extra_layer_params,)] if shape.extra_layer_params else [])
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,3 +51,34 @@ def test_an_hf_config_is_planned_from_its_own_shapes(capsys, tmp_path: Path) -> 
         rows[layers] = json.loads(capsys.readouterr().out)[0]
         assert rows[layers]["model"] == f"hf:{path}" and rows[layers]["peak_memory_bytes"] > 0
     assert rows[4]["memory_bytes_by_class"]["master"] > rows[2]["memory_bytes_by_class"]["master"]
+
+
+@pytest.mark.parametrize("world_size", [2, 8])
+def test_fsdp_units_count_an_hf_models_extra_parameters(tmp_path: Path, world_size: int) -> None:
+    """Qwen2's q/k/v biases are in the planner's FSDP units: its per-rank shard equals the
+    real model's parameters, each padded on its first dimension as FSDP2 pads them, up to
+    the padding of the biases (the planner pads them as one vector)."""
+    from harness.models.build import build_job_model, decoder_parts
+    from harness.models.shapes import shape_of
+    from harness.plan.units import fsdp1_units, fsdp2_units
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN2))
+    model, _ = build_job_model(f"hf:{path}", "hf")
+    parts = decoder_parts(model)
+    modules = [parts.embed, *parts.layers, parts.norm, parts.head]
+    params = [p for m in modules for p in m.parameters()]
+    assert any(n.endswith("bias") for n, _ in parts.layers[0].named_parameters())
+
+    def padded(p) -> int:
+        rows = -(-p.shape[0] // world_size) * world_size
+        return rows * (p.numel() // p.shape[0])
+
+    exact = sum(padded(p) for p in params)
+    planned = fsdp2_units(shape_of(f"hf:{path}"), world_size).shard * world_size
+    biases_per_layer = 3
+    assert 0 <= exact - planned <= biases_per_layer * (world_size - 1) * len(parts.layers)
+    numel = sum(p.numel() for p in params)
+    assert fsdp1_units(shape_of(f"hf:{path}"), world_size).shard * world_size - numel < (
+        world_size * (len(parts.layers) + 3)
+    )
