@@ -103,8 +103,9 @@ def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 
 def _phase(moment: str) -> str:
-    """`backward: block 5` -> `backward: block` (engines hold the same at every block)."""
-    return moment.rsplit(" ", 1)[0] if moment[-1].isdigit() else moment
+    """`backward: block 5 reduce` -> `backward: block reduce` (engines hold the same at
+    every block)."""
+    return " ".join(word for word in moment.split(" ") if not word.isdigit())
 
 
 def _activation_moments(
@@ -148,10 +149,16 @@ def _activation_moments(
             held(k + 1),
             {cls(k): acts.hidden_grad + block(k).bwd_peak, "logits_loss": acts.logits},
         )
+        # After the block's backward its saved activations are gone; what an engine does
+        # with its gradients next (FSDP's reduce-scatter) happens here.
+        moments[f"backward: block {k} reduce"] = _merge(
+            held(k), {cls(k): acts.hidden_grad, "logits_loss": acts.logits}
+        )
     moments["backward: embedding"] = {
         "activations_checkpointed": acts.embedding_out + acts.hidden_grad,
         "logits_loss": acts.logits,
     }
+    moments["backward: embedding reduce"] = {"logits_loss": acts.logits}
     return moments
 
 
@@ -282,6 +289,8 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
 
     previous_rs = reduce(units.block) if case.asynchronous else {}
     kept = out if head_kept else 0
+    # Both reshard a unit after its backward and before its reduce-scatter: while a unit's
+    # gradients are reduced, only the next unit's (prefetched) weights are unsharded.
     in_flight = {
         "forward: block": {"unsharded_weights": block + ahead},
         "forward: projection": {"unsharded_weights": out},
@@ -289,15 +298,18 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
         "backward: loss": {"unsharded_weights": kept},
         "backward: projection": {"unsharded_weights": out + block, "unsharded_grads": out},
         "backward: output reduce": _merge(
-            {"unsharded_weights": kept + block, "unsharded_grads": grads * out},
-            reduce(units.output),
+            {"unsharded_weights": block, "unsharded_grads": grads * out}, reduce(units.output)
         ),
         "backward: block": _merge(
-            {"unsharded_weights": 2 * block, "unsharded_grads": grads * block},
+            {"unsharded_weights": 2 * block, "unsharded_grads": grads * block}, previous_rs
+        ),
+        "backward: block reduce": _merge(
+            {"unsharded_weights": block, "unsharded_grads": grads * block},
             _merge(reduce(units.block), previous_rs),
         ),
-        "backward: embedding": _merge(
-            {"unsharded_weights": emb, "unsharded_grads": grads * emb}, reduce(units.embedding)
+        "backward: embedding": {"unsharded_weights": emb, "unsharded_grads": grads * emb},
+        "backward: embedding reduce": _merge(
+            {"unsharded_grads": grads * emb}, reduce(units.embedding)
         ),
     }
     return static, in_flight
