@@ -139,11 +139,13 @@ def test_native_vs_hf_interleaved(benchmark) -> None:
     """The same shapes and engine, two model implementations, stepped in turn."""
     pytest.importorskip("transformers")
     from tests.bench.interleaved import interleaved_runs
-    from tests.engine.ranks import run_ranks
+    from tests.distributed import run_on_ranks
 
     args = ("llama_small", 1024, 5, 2, DTYPE, IMPL_RUNS, True)
     measured = benchmark.pedantic(
-        lambda: run_ranks(interleaved_runs, 2, *args)[0], rounds=1, iterations=1
+        lambda: run_on_ranks(interleaved_runs, 2, *args, start_method="fork")[0],
+        rounds=1,
+        iterations=1,
     )
     benchmark.extra_info.update(measured)
     rows = []
