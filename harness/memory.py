@@ -6,6 +6,7 @@ import ctypes
 import functools
 import gzip
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -78,6 +79,18 @@ def frees_counted_on_every_thread() -> Iterator[bool]:
         yield True
     finally:
         flag.value = previous
+
+
+def cuda_memory_outside_allocator(device: torch.device) -> int | None:
+    """Bytes in use on `device` that PyTorch's caching allocator does not hold: the CUDA
+    context, NCCL's communication buffers, library workspaces. The device's used memory
+    counts every process on it, so the figure is only this job's where each rank has a
+    device of its own; None where ranks share one."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if ranks_here > torch.cuda.device_count():
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return max(0, total - free - torch.cuda.memory_reserved(device))
 
 
 def cpu_peak_allocated(run: Callable[[], T]) -> tuple[T, int]:

@@ -11,7 +11,10 @@ Layout (schema_version 1):
              peak_memory_allocated_bytes, peak_memory_reserved_bytes, peak_rss_bytes,
              peak_rss_scope ("timed steps", or "process lifetime" where the OS cannot
              restart the high-water mark), build_peak_memory_allocated_bytes,
-             build_peak_memory_reserved_bytes, num_alloc_retries, num_ooms (CUDA only),
+             build_peak_memory_reserved_bytes, num_alloc_retries, num_ooms,
+             device_memory_outside_allocator_bytes (the device's used memory less the
+             allocator's reserved, after the timed steps; these four CUDA only, the last
+             only with one rank per device),
              memory_source, memory_breakdown (dict|None), losses (one per warm-up and timed
              step), grad_norms (the global gradient norm of each of those steps before
              clipping; None when clipping is off),
@@ -154,6 +157,8 @@ class Metrics(_Record):
     build_peak_memory_reserved_bytes: int | None = _field(NUMBER)
     num_alloc_retries: int | None = _field(NUMBER)
     num_ooms: int | None = _field(NUMBER)
+    # CUDA context, NCCL buffers and library workspaces: device memory beside the allocator's
+    device_memory_outside_allocator_bytes: int | None = _field(NUMBER)
     memory_source: str | None = _field(TEXT)
     memory_breakdown: dict[str, Any] | None = _field(OBJECT)
     losses: list[float | None] | None = _field(NUMBERS)

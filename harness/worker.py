@@ -20,7 +20,12 @@ from harness.data import token_batch
 from harness.engines.base import RunContext, checkpoint_first_layers, wrap_model
 from harness.environment import describe_environment
 from harness.faults import maybe_inject
-from harness.memory import check_limit, cpu_peak_allocated, restart_cuda_peaks
+from harness.memory import (
+    check_limit,
+    cpu_peak_allocated,
+    cuda_memory_outside_allocator,
+    restart_cuda_peaks,
+)
 from harness.models.build import build_job_model, decoder_parts, model_settings
 from harness.phase import report_phase
 from harness.rank_outcome import write_rank_outcome
@@ -178,6 +183,8 @@ def train(
         _synchronize(device)
         step_times.append(time.perf_counter() - start)
     peak_rss = peak_rss_bytes()
+    # After the timed steps: NCCL's communicators and the libraries' handles exist by now.
+    outside = cuda_memory_outside_allocator(device) if device.type == "cuda" else None
 
     # Reduce across ranks once, outside the timed region, and before the profiled pass:
     # no collective is then pending while any rank writes its trace.
@@ -186,7 +193,7 @@ def train(
     mean_losses = torch.stack(losses).to(torch.float64)
     dist.all_reduce(mean_losses)
     mean_losses /= world_size
-    peaks = _peaks(device, peak_allocated, peak_rss, build_peaks)
+    peaks = _peaks(device, peak_allocated, peak_rss, build_peaks, outside)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
     loss_steps = list(range(len(losses)))
     # Global norms, identical on every rank, so rank 0's are the job's.
@@ -200,7 +207,7 @@ def train(
     summary = metrics.step_time_summary(step_times_s)
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len
     flops_per_token = shape.flops_per_token(cfg.seq_len)
-    allocated, reserved, rss, build_allocated, build_reserved, retries, ooms = (
+    allocated, reserved, rss, build_allocated, build_reserved, retries, ooms, outside = (
         int(v) if v >= 0 else None for v in peaks.tolist()
     )
     result_metrics = {
@@ -223,6 +230,7 @@ def train(
         "build_peak_memory_reserved_bytes": build_reserved,
         "num_alloc_retries": retries,
         "num_ooms": ooms,
+        "device_memory_outside_allocator_bytes": outside,
         "memory_source": "cuda-allocator" if device.type == "cuda" else "profiler-cpu-allocations",
         "memory_breakdown": state["wrapped"].memory_breakdown(state["optimizer"]),
         "losses": mean_losses.tolist(),
@@ -284,17 +292,22 @@ def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str
 
 
 def _peaks(
-    device: torch.device, cpu_allocated: int | None, rss: int, build: tuple[int, int] | None
+    device: torch.device,
+    cpu_allocated: int | None,
+    rss: int,
+    build: tuple[int, int] | None,
+    outside: int | None,
 ) -> torch.Tensor:
-    """[allocated, reserved, rss, build allocated, build reserved, allocator retries, OOMs]
-    of this rank; -1 where unknown. Retries and OOMs count the whole job."""
+    """[allocated, reserved, rss, build allocated, build reserved, allocator retries, OOMs,
+    device memory outside the allocator] of this rank; -1 where unknown. Retries and OOMs
+    count the whole job."""
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)
         values = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
         values += [rss, *(build or (-1, -1)), stats.get("num_alloc_retries", -1)]
-        values += [stats.get("num_ooms", -1)]
+        values += [stats.get("num_ooms", -1), -1 if outside is None else outside]
     else:
-        values = [cpu_allocated if cpu_allocated is not None else -1, -1, rss, -1, -1, -1, -1]
+        values = [cpu_allocated if cpu_allocated is not None else -1, -1, rss, -1, -1, -1, -1, -1]
     return torch.tensor(values, dtype=torch.float64, device=device)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
-from harness.plan.planner import Bandwidth, PlanRow, add_speedups, plan_row
+from harness.plan.planner import Calibration, PlanRow, add_speedups, plan_row
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2
@@ -172,7 +172,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def plan(overrides: list[str], measured: Bandwidth | None = None) -> list[PlanRow]:
+def plan(overrides: list[str], measured: Calibration | None = None) -> list[PlanRow]:
     rows = [plan_row(cfg, measured) for cfg in job_configs(overrides)]
     add_speedups(rows)
     return rows
@@ -190,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         measured = None
         if calibration:
-            from harness.plan.calibration import measured_bandwidth
+            from harness.plan.calibration import calibration_from
 
-            measured = measured_bandwidth(Path(calibration[-1].split("=", 1)[1]))
+            measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
         rows = plan(args, measured)
     except (PlanError, ValueError) as e:
         print(f"[harness.plan] refused: {e}", file=sys.stderr)
@@ -208,5 +208,5 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(dicts))
         if measured is not None:
-            print(f"bandwidth: measured, from {measured.source}")
+            print(f"calibration: measured figures from {measured.source}")
     return 0

@@ -56,6 +56,9 @@ class MemoryCase:
     # the engine asks for it, and a reduce-scatter is an all-reduce of the whole input.
     asynchronous: bool = True
     model_impl: str = "native"
+    # Device memory beside the allocator's (CUDA context, NCCL buffers), held all step:
+    # only as measured by an earlier sweep (`calibration=`), else 0.
+    overhead_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
     )
     timeline = _activation_moments(acts, shape.n_layers, case.ckpt_layers)
     static, in_flight = ENGINE_MODELS[case.engine](case)
+    static = {**static, "overhead": case.overhead_bytes}
     moments: dict[str, dict[str, int]] = {}
     for name, held in timeline.items():
         moments[name] = _merge(_merge(static, held), in_flight.get(_phase(name), {}))

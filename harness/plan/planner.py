@@ -15,11 +15,14 @@ GIB = 2**30
 
 
 @dataclass(frozen=True)
-class Bandwidth:
-    """Measured bus bandwidths (GB/s) that replace the profile's (`calibration=`)."""
+class Calibration:
+    """What an earlier sweep measured, in place of the profile's figures (`calibration=`):
+    bus bandwidths (GB/s), and the device memory held outside the caching allocator (the
+    `overhead` class; 0 without a measurement)."""
 
     intra_node_bus_gbps: float | None = None
     inter_node_bus_gbps: float | None = None
+    outside_allocator_bytes: int | None = None
     source: str = ""
 
 
@@ -59,7 +62,9 @@ class PlanRow:
         }
 
 
-def memory_case(cfg: JobConfig, ckpt_layers: int | None = None) -> MemoryCase:
+def memory_case(
+    cfg: JobConfig, ckpt_layers: int | None = None, measured: Calibration | None = None
+) -> MemoryCase:
     return MemoryCase(
         model=cfg.model,
         engine=cfg.engine.label,
@@ -71,6 +76,7 @@ def memory_case(cfg: JobConfig, ckpt_layers: int | None = None) -> MemoryCase:
         reduce_dtype=cfg.engine.reduce_dtype,
         asynchronous=_backend(cfg) == "nccl",
         model_impl=getattr(cfg, "model_impl", "native"),
+        overhead_bytes=(measured and measured.outside_allocator_bytes) or 0,
     )
 
 
@@ -80,7 +86,7 @@ def _backend(cfg: JobConfig) -> str:
     return "gloo" if cfg.device == "cpu" else "nccl"
 
 
-def network(cfg: JobConfig, measured: Bandwidth | None = None) -> Network | None:
+def network(cfg: JobConfig, measured: Calibration | None = None) -> Network | None:
     spec = cfg.device_spec
     intra = (measured and measured.intra_node_bus_gbps) or spec.intra_node_bus_gbps
     inter = (measured and measured.inter_node_bus_gbps) or spec.inter_node_bus_gbps
@@ -99,7 +105,7 @@ def network(cfg: JobConfig, measured: Bandwidth | None = None) -> Network | None
     )
 
 
-def predict_time(cfg: JobConfig, measured: Bandwidth | None = None) -> TimeEstimate | None:
+def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEstimate | None:
     spec = cfg.device_spec
     net = network(cfg, measured)
     if net is None or not spec.peak_tflops or not spec.compute_efficiency:
@@ -124,13 +130,13 @@ def predict_time(cfg: JobConfig, measured: Bandwidth | None = None) -> TimeEstim
     )
 
 
-def smallest_fitting_ckpt(cfg: JobConfig) -> int | None:
+def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
     """The fewest checkpointed layers with which the job fits its device memory (a binary
     search: each checkpointed layer holds its input instead of its activations)."""
     have = cfg.device_memory_gb * GIB
 
     def fits(n: int) -> bool:
-        return estimate_memory(memory_case(cfg, n)).peak_bytes <= have
+        return estimate_memory(memory_case(cfg, n, measured)).peak_bytes <= have
 
     lo, hi = 0, shape_of(cfg.model).n_layers
     if not fits(hi):
@@ -141,8 +147,8 @@ def smallest_fitting_ckpt(cfg: JobConfig) -> int | None:
     return lo
 
 
-def plan_row(cfg: JobConfig, measured: Bandwidth | None = None) -> PlanRow:
-    memory = estimate_memory(memory_case(cfg))
+def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
+    memory = estimate_memory(memory_case(cfg, measured=measured))
     have = cfg.device_memory_gb * GIB
     fits = memory.peak_bytes <= have if have else None
     if not have:
@@ -150,7 +156,7 @@ def plan_row(cfg: JobConfig, measured: Bandwidth | None = None) -> PlanRow:
     elif fits and cfg.ckpt_layers == 0:
         smallest = 0
     else:
-        smallest = smallest_fitting_ckpt(cfg)
+        smallest = smallest_fitting_ckpt(cfg, measured)
     return PlanRow(cfg, memory, fits, smallest, predict_time(cfg, measured))
 
 

@@ -252,7 +252,9 @@ def memory(r: ReportJobs, pictures: Pictures) -> list[str]:
     blocks = [
         "## Peak memory",
         "Per rank. *allocated*/*reserved*: the CUDA caching allocator's peaks on GPU, or "
-        "what the named source measured on CPU; *RSS*: the process's resident-set peak "
+        "what the named source measured on CPU; *outside allocator*: device memory held "
+        "beside the allocator (CUDA context, NCCL buffers; GPU jobs with a device per "
+        "rank); *RSS*: the process's resident-set peak "
         "over the timed steps (what the allocator kept from the OS, fragmentation "
         "included; on CPU the counterpart of *reserved*). "
         "*predicted*: the planner's peak allocated bytes for the job (steady state, "

@@ -177,6 +177,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
         return [
             fmt_bytes(allocated),
             fmt_bytes(value(row, "peak_memory_reserved_bytes")),
+            fmt_bytes(value(row, "device_memory_outside_allocator_bytes")),
             fmt_bytes(value(row, "peak_rss_bytes")),
             value(row, "memory_source") or MISSING,
             fmt_bytes(guess),
@@ -184,8 +185,8 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
             diff,
         ]
 
-    columns = ["peak allocated", "peak reserved", "peak RSS", "source", "predicted",
-               "prediction error", "vs YaFSDP"]  # fmt: skip
+    columns = ["peak allocated", "peak reserved", "outside allocator", "peak RSS", "source",
+               "predicted", "prediction error", "vs YaFSDP"]  # fmt: skip
     return per_engine_table(df, columns, cells, several_settings=several_settings)
 
 

@@ -23,3 +23,21 @@ def test_reset_forgets_memory_freed_before_it() -> None:
     block = torch.ones(64 * MIB // 4)
     assert peak_rss_bytes() >= after + 60 * MIB
     assert block.sum() == 64 * MIB // 4
+
+
+def test_memory_outside_the_allocator_is_only_told_with_a_device_per_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The device's used memory less what the allocator reserved; where ranks share a
+    device, its used memory is theirs together, and no figure is given."""
+    from harness.memory import cuda_memory_outside_allocator
+
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (60 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 18 * gib)
+    device = torch.device("cuda", 0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert cuda_memory_outside_allocator(device) == 2 * gib
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert cuda_memory_outside_allocator(device) is None

@@ -95,3 +95,24 @@ def test_calibration_replaces_the_profile_bandwidth(capsys, tmp_path) -> None:
     assert measured["exposed_comm_s"] > datasheet["exposed_comm_s"]
     assert main([f"calibration={tmp_path}/none", *point]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_calibration_adds_the_measured_memory_outside_the_allocator(capsys, tmp_path) -> None:
+    """A GPU sweep's jobs record the device memory held beside the caching allocator (CUDA
+    context, NCCL buffers); with calibration= the planner holds the largest of them as the
+    `overhead` class, and decides fits and the fewest checkpointed layers with it."""
+    sweep = tmp_path / "sweep"
+    for name, outside in (("a", 3 * 2**30), ("b", 5 * 2**30), ("cpu", None)):
+        (sweep / name).mkdir(parents=True)
+        metrics = {"device_memory_outside_allocator_bytes": outside}
+        (sweep / name / "result.json").write_text(json.dumps({"metrics": metrics}))
+    point = ["hardware=a100_80gb", "model=llama2_70b", "gpus=256", "seq_len=4096",
+             "ckpt_layers=0", "engine=yafsdp"]  # fmt: skip
+    (datasheet,) = _json_rows(capsys, *point)
+    (measured,) = _json_rows(capsys, f"calibration={sweep}", *point)
+    assert datasheet["memory_bytes_by_class"]["overhead"] == 0
+    assert measured["memory_bytes_by_class"]["overhead"] == 5 * 2**30
+    assert measured["peak_memory_bytes"] == datasheet["peak_memory_bytes"] + 5 * 2**30
+    assert measured["min_ckpt_layers_to_fit"] > datasheet["min_ckpt_layers_to_fit"]
+    # no bandwidth probe in this sweep: communication is still priced from the datasheet
+    assert measured["exposed_comm_s"] == datasheet["exposed_comm_s"]

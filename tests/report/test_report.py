@@ -273,8 +273,9 @@ def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> N
     text = render(sweep, tmp_path)
     # (no prediction recorded: the predicted columns are empty)
     memory_rows = {
-        "fsdp2": "250.0 MiB | — | 900.0 MiB | profiler allocations | — | — | +50.0 MiB (+25.0%)",
-        "yafsdp": "200.0 MiB | — | 900.0 MiB | profiler allocations | — | — | (reference)",
+        "fsdp2": "250.0 MiB | — | — | 900.0 MiB | profiler allocations | — | — | +50.0 MiB "
+        "(+25.0%)",
+        "yafsdp": "200.0 MiB | — | — | 900.0 MiB | profiler allocations | — | — | (reference)",
     }
     for engine, cells in memory_rows.items():
         assert f"| {engine} | {cells} |" in text
