@@ -86,7 +86,8 @@ def cuda_memory_outside_allocator(device: torch.device) -> int | None:
     context, NCCL's communication buffers, library workspaces. The device's used memory
     counts every process on it, so the figure is only this job's where each rank has a
     device of its own; None where ranks share one."""
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # as the worker reads it: without LOCAL_WORLD_SIZE, every rank is on this node
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if ranks_here > torch.cuda.device_count():
         return None
     free, total = torch.cuda.mem_get_info(device)
