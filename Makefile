@@ -51,7 +51,8 @@ GPU_CHECK_ARGS ?=
 # model_impl=hf: what importing transformers and building a model from a config needs.
 # Its other declared dependencies (tokenizers, typer, click, hf-xet, anyio) are imported
 # only for tokenizers, the CLI, hub transfers or async clients, so they are left out;
-# filelock, fsspec and typing-extensions come with its torch; numpy and packaging are there.
+# filelock, fsspec and typing-extensions come with the machine's torch, numpy and
+# packaging are installed there too.
 HF_WHEEL_PINS := transformers==5.23.0 huggingface-hub==2.4.0 tqdm==4.70.1 \
 	httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
 GPU_WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 submitit==1.5.4 \
