@@ -41,21 +41,34 @@ check: lint
 	$(VENV)/bin/mypy
 
 # ---- gpu-check on a lent GPU machine (Python 3.12, torch with CUDA, no network) ----------
-# `make gpu-wheels` (here, with network) fetches what that machine lacks into wheels/, all
-# pure Python; carry wheels/ there and run `make gpu-check`. The wheels are installed with
-# --no-deps into a folder of their own, so the machine's torch is never touched.
+# `make gpu-wheels` (here, with network) fetches what that machine lacks into wheels/;
+# carry wheels/ there and run `make gpu-check`. The wheels are installed with --no-deps
+# into a folder of their own, so the machine's torch is never touched.
 WHEELS ?= wheels
 GPU_SITE ?= .gpu-site
 GPU_PYTHON ?= $(shell [ -x $(PY) ] && echo $(PY) || echo python3)
 GPU_CHECK_ARGS ?=
+# model_impl=hf: what importing transformers and building a model from a config needs.
+# Its other declared dependencies (tokenizers, typer, click, hf-xet, anyio) are imported
+# only for tokenizers, the CLI, hub transfers or async clients, so they are left out;
+# filelock, fsspec and typing-extensions come with the machine's torch, numpy and
+# packaging are installed there too.
+HF_WHEEL_PINS := transformers==5.23.0 huggingface-hub==2.4.0 tqdm==4.70.1 \
+	httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
 GPU_WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 submitit==1.5.4 \
-	HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1
+	HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 $(HF_WHEEL_PINS)
+# Compiled, so fetched for CPython 3.12 on manylinux x86_64; PyYAML serves omegaconf too.
+GPU_BINARY_PINS := pyyaml==6.0.3 regex==2026.11.15 safetensors==0.8.0
+GPU_PLATFORMS := --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+	--platform manylinux_2_28_x86_64
 ANTLR_PIN := antlr4-python3-runtime==4.9.3  # published as a source archive only
 
 gpu-wheels:
 	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		-d $(WHEELS) $(GPU_WHEEL_PINS)
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		$(GPU_PLATFORMS) --implementation cp --abi cp312 -d $(WHEELS) $(GPU_BINARY_PINS)
 	python3 -m pip wheel -q --no-deps -w $(WHEELS) $(ANTLR_PIN)
 	@du -sh $(WHEELS) && ls $(WHEELS)
 

@@ -20,7 +20,7 @@ def test_gpu_suites_are_skipped_rows_and_exit_zero(tmp_path, monkeypatch, capsys
     assert "GPU checks skipped" in capsys.readouterr().out
     data = json.loads((tmp_path / "r" / "cpu" / "gpu-check.json").read_text())
     rows = data["rows"]
-    assert {r["suite"] for r in rows} == {"A", "B"} and len(rows) == 9
+    assert {r["suite"] for r in rows} == {"A", "B"} and len(rows) == 10
     assert all(r["result"] == SKIP for r in rows)
     assert data["meta"]["cuda_device"] is None
     md = (tmp_path / "out" / "gpu-check.md").read_text()
