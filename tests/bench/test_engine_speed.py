@@ -30,6 +30,11 @@ from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES
 from harness.job import run_job
 
+# At module level, so that make test (which collects benchmarks but skips them) fails on
+# an import a benchmark needs.
+from tests.bench.interleaved import interleaved_runs, interleaved_step_times
+from tests.distributed import run_on_ranks
+
 SEQ_LENS = (256, 1024)
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
 DTYPE = os.environ.get("BENCH_DTYPE", "bf16")
@@ -104,8 +109,6 @@ def test_yafsdp_speed_and_memory(benchmark, tmp_path: Path) -> None:
 @pytest.mark.parametrize("seq_len", SEQ_LENS)
 def test_interleaved_step_times(benchmark, seq_len: int) -> None:
     """Same comparison with every engine in one process group, stepped in turn."""
-    from tests.bench.interleaved import interleaved_step_times
-    from tests.distributed import run_on_ranks
 
     times = benchmark.pedantic(
         lambda: run_on_ranks(
@@ -138,8 +141,6 @@ IMPL_RUNS = {f"{e} {impl}": (e, impl) for e in ("yafsdp", "fsdp2") for impl in (
 def test_native_vs_hf_interleaved(benchmark) -> None:
     """The same shapes and engine, two model implementations, stepped in turn."""
     pytest.importorskip("transformers")
-    from tests.bench.interleaved import interleaved_runs
-    from tests.distributed import run_on_ranks
 
     args = ("llama_small", 1024, 5, 2, DTYPE, IMPL_RUNS, True)
     measured = benchmark.pedantic(
