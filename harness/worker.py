@@ -183,8 +183,6 @@ def train(
         _synchronize(device)
         step_times.append(time.perf_counter() - start)
     peak_rss = peak_rss_bytes()
-    # After the timed steps: NCCL's communicators and the libraries' handles exist by now.
-    outside = cuda_memory_outside_allocator(device) if device.type == "cuda" else None
 
     # Reduce across ranks once, outside the timed region, and before the profiled pass:
     # no collective is then pending while any rank writes its trace.
@@ -193,7 +191,7 @@ def train(
     mean_losses = torch.stack(losses).to(torch.float64)
     dist.all_reduce(mean_losses)
     mean_losses /= world_size
-    peaks = _peaks(device, peak_allocated, peak_rss, build_peaks, outside)
+    peaks = _peaks(device, peak_allocated, peak_rss, build_peaks)
     dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
     loss_steps = list(range(len(losses)))
     # Global norms, identical on every rank, so rank 0's are the job's.
@@ -292,17 +290,15 @@ def _peak_flops(cfg: JobConfig, device: torch.device) -> tuple[float | None, str
 
 
 def _peaks(
-    device: torch.device,
-    cpu_allocated: int | None,
-    rss: int,
-    build: tuple[int, int] | None,
-    outside: int | None,
+    device: torch.device, cpu_allocated: int | None, rss: int, build: tuple[int, int] | None
 ) -> torch.Tensor:
     """[allocated, reserved, rss, build allocated, build reserved, allocator retries, OOMs,
     device memory outside the allocator] of this rank; -1 where unknown. Retries and OOMs
-    count the whole job."""
+    count the whole job. Called after the timed steps, when NCCL's communicators and the
+    libraries' handles exist."""
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)
+        outside = cuda_memory_outside_allocator(device)
         values = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
         values += [rss, *(build or (-1, -1)), stats.get("num_alloc_retries", -1)]
         values += [stats.get("num_ooms", -1), -1 if outside is None else outside]

@@ -190,9 +190,7 @@ class Schedule:
             self.resident_reduce_scatter = self._launch_reduce_scatter(
                 res.name, b.resident_reduced, b.resident_staging, b.resident_master_grad, -1
             )
-        while self.in_flight:
-            self._finish_oldest_reduce_scatter()
-        self._finish_resident_reduce_scatter()
+        self._finish_reduce_scatters()
         self.lanes = [self.staging_lane]  # the lent weight buffers are drained: return them
         if last:
             b.resident_staging.zero_()
@@ -224,9 +222,7 @@ class Schedule:
                 slot.ready = DONE
             self.resident_ready.wait()
             self.resident_ready = DONE
-            while self.in_flight:
-                self._finish_oldest_reduce_scatter()
-            self._finish_resident_reduce_scatter()
+            self._finish_reduce_scatters()
 
     def _open_step(self) -> None:
         b = self.buffers
@@ -324,9 +320,12 @@ class Schedule:
     def _pieces(self, i: int) -> int:
         return -(-self.layout.units[i].shard_numel // self.chunk)
 
-    def _free_lane(self) -> StagingLane | None:
+    def _free_lanes(self) -> list[StagingLane]:
         busy = {id(lane) for _, lane in self.in_flight}
-        return next((lane for lane in self.lanes if id(lane) not in busy), None)
+        return [lane for lane in self.lanes if id(lane) not in busy]
+
+    def _free_lane(self) -> StagingLane | None:
+        return next(iter(self._free_lanes()), None)
 
     def _finish_oldest_reduce_scatter(self) -> StagingLane:
         rs, lane = self.in_flight.popleft()
@@ -382,9 +381,7 @@ class Schedule:
         if all(lane.weight_buffer is None for lane in self.lanes):
             return
         for u in sorted(self.grads_waiting, reverse=True):
-            busy = {id(lane) for _, lane in self.in_flight}
-            free = sum(1 for lane in self.lanes if id(lane) not in busy)
-            if free < self._pieces(u):
+            if len(self._free_lanes()) < self._pieces(u):
                 return
             self._reduce_scatter(u)
 
@@ -414,6 +411,13 @@ class Schedule:
         self.log.append(("reduce_scatter", name))
         sq_norm = self.grad_sq_norms[norm_index]
         return ReduceScatterInFlight(name, done, result[0], master_grad, sq_norm, self._last_micro)
+
+    def _finish_reduce_scatters(self) -> None:
+        """Wait for every reduce-scatter in flight, the units' in issue order, then the
+        resident unit's."""
+        while self.in_flight:
+            self._finish_oldest_reduce_scatter()
+        self._finish_resident_reduce_scatter()
 
     def _finish_resident_reduce_scatter(self) -> None:
         if self.resident_reduce_scatter is not None:
