@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
-from harness.engines.base import DTYPES, RunContext, checkpoint_first_layers, wrap_model
+from harness.engines.base import RunContext, checkpoint_first_layers, wrap_model
 from harness.engines.registry import ENGINES
 from harness.memory import cpu_peak_allocated
 from harness.models.build import build_job_model, decoder_parts
@@ -57,17 +58,11 @@ def interleaved_runs(
     wrapped_runs = {}
     vocab = 0
     for label, (engine, impl) in runs.items():
-        spec = ENGINES[engine]
-        ctx = RunContext(
+        ctx = RunContext.of_job(
+            replace(job, engine=ENGINES[engine].config()),
             rank=rank,
             world_size=world_size,
             device=torch.device("cpu"),
-            param_dtype=DTYPES[job.dtype],
-            reduce_dtype=DTYPES[spec.config().reduce_dtype],
-            ckpt_layers=job.ckpt_layers,
-            grad_accum=job.grad_accum,
-            seed=job.seed,
-            cfg=spec.config(),
         )
         module, shape = build_job_model(model, impl)
         vocab = shape.vocab_size

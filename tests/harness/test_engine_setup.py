@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import BASELINES, ENGINES, REFERENCE, YAFSDP
 from harness.models.shapes import get_shape
 from tests.distributed import run_on_ranks
+from tests.harness.training import train_jobs
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
@@ -33,33 +33,27 @@ def test_registry_orders_yafsdp_first_and_names_the_baselines() -> None:
     assert REFERENCE in ENGINES and not ENGINES[REFERENCE].baseline
 
 
-def _settings(rank: int, world_size: int, labels: list[str], ckpt: int, root: str) -> list:
-    from harness.worker import train
-
-    out = []
-    for label in labels:
-        cfg = JobConfig(
-            model="llama_tiny",
-            engine=ENGINES[label].config(),
-            gpus=world_size,
-            seq_len=32,
-            ckpt_layers=ckpt,
-            warmup_steps=0,
-            steps=1,
-            profile=ProfileConfig(steps=0),
-            threads_per_rank=1,
-        )
-        result = train(cfg, Path(root) / label, rank, world_size, torch.device("cpu"), 1)
-        out.append(result.engine_settings if result else None)
-    return out
+def _config(label: str, world_size: int, ckpt: int) -> JobConfig:
+    return JobConfig(
+        model="llama_tiny",
+        engine=ENGINES[label].config(),
+        gpus=world_size,
+        seq_len=32,
+        ckpt_layers=ckpt,
+        warmup_steps=0,
+        steps=1,
+        profile=ProfileConfig(steps=0),
+        threads_per_rank=1,
+    )
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("setup")
     labels = list(ENGINES)
-    settings = run_on_ranks(_settings, 2, labels, 1, str(root))[0]
-    return dict(zip(labels, settings, strict=True))
+    configs = [_config(label, 2, 1) for label in labels]
+    runs = run_on_ranks(train_jobs, 2, configs, str(root))[0]
+    return {label: run[1] for label, run in zip(labels, runs, strict=True)}
 
 
 def test_fsdp2_is_grouped_as_torchtitan_groups_it(recorded: dict[str, dict]) -> None:
