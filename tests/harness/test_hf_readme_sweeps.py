@@ -1,0 +1,46 @@
+"""The README's sweeps over the shipped Hugging Face configs (sweeps/hf_models/) stay valid:
+each command, as written there, checks every job it would launch (dry run)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO, run_module
+
+CONFIGS = REPO / "sweeps" / "hf_models"
+
+
+def readme_hf_sweeps() -> list[list[str]]:
+    """The `python -m harness -m ...` commands of README code blocks that name a shipped
+    config, as argument lists after `python -m`."""
+    blocks = re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    commands = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            args = shlex.split(line)
+            if args[1:4] == ["-m", "harness", "-m"] and any("hf_models/" in a for a in args):
+                commands.append(args[3:])
+    return commands
+
+
+def test_the_readme_sweeps_every_shipped_config() -> None:
+    named = {
+        a.split("hf_models/")[1] for cmd in readme_hf_sweeps() for a in cmd if "hf_models/" in a
+    }
+    shipped = {p.parent.name for p in CONFIGS.glob("*/config.json")}
+    assert shipped and named == shipped
+
+
+@pytest.mark.parametrize("command", readme_hf_sweeps(), ids=lambda c: c[1].split("/")[-1])
+def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path) -> None:
+    args = [a for a in command if not a.startswith("hydra.sweep.dir=")]
+    proc = run_module("harness", *args, f"hydra.sweep.dir={tmp_path}", "dry_run=true", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    done = re.search(r"dry run done: (\d+) jobs in [\d:]+: (\d+) ok$", proc.stdout, flags=re.M)
+    assert done is not None, proc.stdout[-2000:]
+    assert int(done.group(1)) == int(done.group(2)) > 1
+    assert "model_impl=hf" in proc.stdout
