@@ -1,9 +1,10 @@
 """yafsdp vs fsdp2 (default and tuned), fsdp1 and unsharded local: llama_small, 2 gloo
 ranks with 1 thread each, same per-rank batch, seq 256 and 1024, in one run.
 
-BENCH_DTYPE (default bf16, the published dtype) sets the parameter dtype. On a CPU without
-native bf16 matmuls (AVX2 only, no AVX512-BF16 or AMX) torch's bf16 matmul is far slower
-than fp32 there, compute swamps communication and the run takes hours: use BENCH_DTYPE=fp32.
+BENCH_DTYPE sets the parameter dtype. Unset, it is bf16 (the published dtype) unless this
+CPU's one-thread bf16 matmul runs under half its fp32 rate (AVX2 only, no AVX512-BF16 or
+AMX): there compute would swamp communication and the run take hours, so fp32 is used and
+the choice is printed with both rates.
 
 test_yafsdp_speed_and_memory: each configuration is one `harness` job (its own ranks,
 warm-up, timed steps; the slowest rank's median step time; peak memory from the profiler's
@@ -20,15 +21,18 @@ turn in one process group: step time and each step's allocation peak.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import pytest
+import torch
 from tabulate import tabulate
 
 from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES
 from harness.job import run_job
+from harness.metrics import measure_matmul_peak_flops
 
 # At module level, so that make test (which collects benchmarks but skips them) fails on
 # an import a benchmark needs.
@@ -37,7 +41,25 @@ from tests.distributed import run_on_ranks
 
 SEQ_LENS = (256, 1024)
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
-DTYPE = os.environ.get("BENCH_DTYPE", "bf16")
+
+
+@functools.cache
+def bench_dtype() -> str:
+    """BENCH_DTYPE, or bf16 where this CPU runs bf16 matmuls at half its fp32 rate or more."""
+    if chosen := os.environ.get("BENCH_DTYPE"):
+        return chosen
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each benchmark rank runs
+    try:
+        rates = {d: measure_matmul_peak_flops(d) for d in ("bf16", "fp32")}
+    finally:
+        torch.set_num_threads(threads)
+    chosen = "bf16" if rates["bf16"] >= rates["fp32"] / 2 else "fp32"
+    print(
+        f"\nBENCH_DTYPE={chosen}: one-thread matmul bf16 {rates['bf16'] / 1e9:.1f} GFLOP/s, "
+        f"fp32 {rates['fp32'] / 1e9:.1f} GFLOP/s (set BENCH_DTYPE to choose)"
+    )
+    return chosen
 
 
 def _job(engine: str, seq_len: int) -> JobConfig:
@@ -46,7 +68,7 @@ def _job(engine: str, seq_len: int) -> JobConfig:
         engine=ENGINES[engine].config(),
         gpus=2,
         seq_len=seq_len,
-        dtype=DTYPE,
+        dtype=bench_dtype(),
         warmup_steps=2,
         steps=5,
         threads_per_rank=1,
@@ -112,7 +134,14 @@ def test_interleaved_step_times(benchmark, seq_len: int) -> None:
 
     times = benchmark.pedantic(
         lambda: run_on_ranks(
-            interleaved_step_times, 2, "llama_small", seq_len, 5, 2, DTYPE, start_method="fork"
+            interleaved_step_times,
+            2,
+            "llama_small",
+            seq_len,
+            5,
+            2,
+            bench_dtype(),
+            start_method="fork",
         )[0],
         rounds=1,
         iterations=1,
@@ -142,7 +171,7 @@ def test_native_vs_hf_interleaved(benchmark) -> None:
     """The same shapes and engine, two model implementations, stepped in turn."""
     pytest.importorskip("transformers")
 
-    args = ("llama_small", 1024, 5, 2, DTYPE, IMPL_RUNS, True)
+    args = ("llama_small", 1024, 5, 2, bench_dtype(), IMPL_RUNS, True)
     measured = benchmark.pedantic(
         lambda: run_on_ranks(interleaved_runs, 2, *args, start_method="fork")[0],
         rounds=1,

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config import JobConfig, ProfileConfig
+from harness.config import JobConfig
 from harness.engines.registry import BASELINES, ENGINES, REFERENCE, YAFSDP
 from harness.models.shapes import get_shape
 from tests.distributed import run_on_ranks
-from tests.harness.training import train_jobs
+from tests.harness.training import short_job, train_jobs
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
@@ -34,17 +34,7 @@ def test_registry_orders_yafsdp_first_and_names_the_baselines() -> None:
 
 
 def _config(label: str, world_size: int, ckpt: int) -> JobConfig:
-    return JobConfig(
-        model="llama_tiny",
-        engine=ENGINES[label].config(),
-        gpus=world_size,
-        seq_len=32,
-        ckpt_layers=ckpt,
-        warmup_steps=0,
-        steps=1,
-        profile=ProfileConfig(steps=0),
-        threads_per_rank=1,
-    )
+    return short_job(label, world_size, seq_len=32, ckpt_layers=ckpt, steps=1)
 
 
 @pytest.fixture(scope="module")

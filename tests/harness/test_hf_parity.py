@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import JobConfig, ProfileConfig
+from harness.config import JobConfig
 from harness.engines.registry import ENGINES, REFERENCE
 from tests.distributed import run_on_ranks
 from tests.harness.hf_configs import LLAMA, QWEN2, write_config
-from tests.harness.training import train_jobs
+from tests.harness.training import short_job, train_jobs
 
 pytest.importorskip("transformers")
 
@@ -25,19 +25,16 @@ MODELS = {"llama": (LLAMA, 0), "qwen2": (QWEN2, 1)}
 
 
 def _config(model: str, label: str, ckpt_layers: int, world_size: int) -> JobConfig:
-    return JobConfig(
+    return short_job(
+        label,
+        world_size,
         model=model,
         model_impl="hf",
-        engine=ENGINES[label].config(),
-        gpus=world_size,
         seq_len=32,
         ckpt_layers=ckpt_layers,
         dtype="fp32",
-        warmup_steps=0,
         steps=STEPS,
         clip_grad_norm=CLIP,
-        profile=ProfileConfig(steps=0),
-        threads_per_rank=1,
     )
 
 

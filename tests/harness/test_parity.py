@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import JobConfig, ProfileConfig
+from harness.config import JobConfig
 from harness.engines.registry import ENGINES, REFERENCE
 from tests.distributed import run_on_ranks
-from tests.harness.training import train_jobs
+from tests.harness.training import short_job, train_jobs
 
 STEPS = 3
 # Below llama_tiny's gradient norm at these settings, so clipping changes every update
@@ -27,18 +27,14 @@ RTOL = {"fp32": {"loss": 1e-5, "grad_norm": 1e-5}, "bf16": {"loss": 1e-3, "grad_
 
 
 def _config(label: str, dtype: str, ckpt_layers: int, world_size: int) -> JobConfig:
-    return JobConfig(
-        model="llama_tiny",
-        engine=ENGINES[label].config(),
-        gpus=world_size,
+    return short_job(
+        label,
+        world_size,
         seq_len=64,
         ckpt_layers=ckpt_layers,
         dtype=dtype,
-        warmup_steps=0,
         steps=STEPS,
         clip_grad_norm=CLIP,
-        profile=ProfileConfig(steps=0),
-        threads_per_rank=1,
     )
 
 

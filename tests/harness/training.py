@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from harness.config import JobConfig
+from harness.config import JobConfig, ProfileConfig
+from harness.engines.registry import ENGINES
 
 
 def train_jobs(
@@ -22,3 +23,15 @@ def train_jobs(
         result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
         out.append((result.metrics.to_dict(), result.engine_settings) if result else None)
     return out
+
+
+def short_job(label: str, world_size: int, **fields: Any) -> JobConfig:
+    """A short unprofiled job of engine `label` on 1 thread per rank (llama_tiny unless
+    `fields` says otherwise): what the tests train in one process group."""
+    defaults: dict[str, Any] = dict(model="llama_tiny", warmup_steps=0, threads_per_rank=1)
+    return JobConfig(
+        **{**defaults, **fields},
+        engine=ENGINES[label].config(),
+        gpus=world_size,
+        profile=ProfileConfig(steps=0),
+    )
