@@ -76,7 +76,7 @@ def run(cfg: DictConfig) -> Result | None:
         on_poll=lambda: console.poll(label),
         say=console.say,
     )
-    console.job_finished(label, outcome.result.to_dict(), job_dir, ran=outcome.ran)
+    console.job_finished(label, outcome.result, job_dir, ran=outcome.ran)
     if sweep is not None:
         sweep.results.append(outcome.result)
     elif not job_cfg.dry_run and not job_cfg.quiet:

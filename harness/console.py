@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from harness.job_dir import JobDir
 from harness.phase import read_phase
+from harness.result import Result
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
 LABEL_KEYS = frozenset({"model", "engine", "gpus", "seq_len", "ckpt_layers", "point"})
@@ -92,7 +93,7 @@ class Console:
         self.verbose = verbose
         self.tty = self.stream.isatty()
         self.started = time.monotonic()
-        self.finished: list[tuple[str, dict[str, Any], Path]] = []  # label, result, job dir
+        self.finished: list[tuple[str, Result, Path]] = []  # label, result, job dir
         self.run_seconds: list[float] = []  # jobs that ran (not reused), for the ETA
         self._live = False
         self._job_dir: Path | None = None
@@ -158,31 +159,31 @@ class Console:
             self.stream.write(chunk.decode(errors="replace"))
             self.stream.flush()
 
-    def job_finished(self, label: str, result: dict[str, Any], job_dir: Path, *, ran: bool) -> None:
+    def job_finished(self, label: str, result: Result, job_dir: Path, *, ran: bool) -> None:
         if ran:
             if self.verbose and not self.quiet:
                 self._tail(JobDir(job_dir).rank_log(0))
             self.run_seconds.append(time.monotonic() - self._job_started)
         line = f"{self._counter()}{label}  {self._verdict(result, job_dir, ran=ran)}"
-        dry_run = bool(result["config"].get("dry_run"))
+        dry_run = bool(result.config.get("dry_run"))
         self.finished.append((label, result, job_dir))
         if not self.quiet:
             self._write(line if dry_run else f"{line}  ({self._timing()})")
         self._job_dir = None
 
-    def _verdict(self, result: dict[str, Any], job_dir: Path, *, ran: bool) -> str:
-        status = result["status"]
-        if result["config"].get("dry_run"):
-            verdict = "ok" if status == "ok" else f"invalid: {result['error']}"
+    def _verdict(self, result: Result, job_dir: Path, *, ran: bool) -> str:
+        status = result.status
+        if result.config.get("dry_run"):
+            verdict = "ok" if result.ok else f"invalid: {result.error}"
             return f"dry run -> {job_dir} [{verdict}]"
-        if status == "ok":
-            t = (result.get("metrics") or {}).get("iteration_time_s")
+        if result.ok:
+            t = result.metrics.iteration_time_s
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
             return text if ran else f"{text}  earlier result kept"
-        error = result.get("error") or ""
+        error = result.error or ""
         # A sweep's line holds one line of it; a single job, with no summary, says it all.
         text = f"{status}: {first_line(error) if self.total is not None else error}"
-        log = failed_rank_log(job_dir, result.get("error"))
+        log = failed_rank_log(job_dir, result.error)
         return text + (f"  (log: {short_path(log)})" if log else "")
 
     def _timing(self) -> str:
@@ -209,13 +210,13 @@ class Console:
         `statuses` stands in for the jobs this console saw when they ran elsewhere (SLURM).
         """
         self._clear_live()
-        seen = [r["status"] for _, r, _ in self.finished]
+        seen = [r.status for _, r, _ in self.finished]
         # On an interrupt the files also hold the job cut short, which did not finish.
         counts = Counter(seen or (statuses if not interrupted else None) or [])
         by_status = ", ".join(f"{n} {s}" for s, n in counts.most_common()) or "none finished"
         n = sum(counts.values())
         jobs = f"{n} job" if n == 1 else f"{n} jobs"
-        dry_run = any(r["config"].get("dry_run") for _, r, _ in self.finished)
+        dry_run = any(r.config.get("dry_run") for _, r, _ in self.finished)
         what = "dry run" if dry_run else "sweep"
         took = clock(time.monotonic() - self.started)
         if interrupted:
@@ -225,11 +226,11 @@ class Console:
             head = f"{what} done: {jobs} in {took}: {by_status}"
         lines = [head]
         for label, result, job_dir in self.finished:
-            if result["status"] not in ("ok", "interrupted"):
-                cause = first_line(result.get("error"), limit=120)
-                log = failed_rank_log(job_dir, result.get("error"))
+            if result.status not in ("ok", "interrupted"):
+                cause = first_line(result.error, limit=120)
+                log = failed_rank_log(job_dir, result.error)
                 where = f"  (log: {short_path(log)})" if log else ""
-                lines.append(f"  {result['status']:<8} {label}: {cause}{where}")
+                lines.append(f"  {result.status:<8} {label}: {cause}{where}")
         if results_csv is not None:
             lines.append(f"results:   {short_path(results_csv)}")
             if timelines:

@@ -10,6 +10,7 @@ from harness.config import JobConfig
 from harness.console import Console, job_label
 from harness.job_dir import JobDir
 from harness.phase import report_phase
+from harness.result import Result, make_result
 from tests.sweeps.test_local_sweep import multirun
 
 GRID = (
@@ -71,18 +72,18 @@ class _Terminal(io.StringIO):
         return True
 
 
-def _result(status: str, **config: object) -> dict:
+def _result(status: str, **config: object) -> Result:
     cfg = {"model": "llama_mini", "gpus": 2, "seq_len": 256, "ckpt_layers": 1}
     cfg |= {"engine": {"label": "fsdp1"}, **config}
     metrics = {"iteration_time_s": 0.183} if status == "ok" else None
-    return {"status": status, "config": cfg, "metrics": metrics, "error": None}
+    return make_result(status=status, config=cfg, metrics=metrics)
 
 
 def test_a_terminal_shows_the_running_jobs_phase_and_a_log_shows_none(tmp_path: Path) -> None:
     (tmp_path / "ranks").mkdir()
     report_phase(tmp_path, 0, "timed steps 3/10")
     report_phase(tmp_path, 1, "build")  # only rank 0 speaks
-    label = job_label(_result("ok")["config"])
+    label = job_label(_result("ok").config)
     assert label == "llama_mini gpus=2 seq=256 ckpt=1 fsdp1"
     for stream, live in ((_Terminal(), True), (io.StringIO(), False)):
         console = Console(total=32, stream=stream)
