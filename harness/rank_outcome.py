@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,65 @@ def classify(error: BaseException) -> str:
     return "failed"
 
 
+@dataclass(frozen=True)
+class RankOutcome:
+    """How one rank ended: its `ranks/rank<r>.json`, or, for a rank that died without
+    writing one, what the launcher saw of its exit (`unrecorded`)."""
+
+    rank: int
+    status: str  # "ok", or the failure's status: oom, timeout or failed
+    error: str | None = None
+    time: float = 0.0  # when it ended (epoch seconds): ties between failures go to the first
+    traceback: str = ""
+    unrecorded: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def secondary(self) -> bool:
+        """Whether the error is one a rank sees because another rank died first."""
+        return any(m in (self.error or "") for m in _SECONDARY_MARKERS)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "rank": self.rank,
+            "time": self.time,
+            "status": self.status,
+            "error": self.error,
+        }
+        return data | ({"traceback": self.traceback} if self.traceback else {})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankOutcome:
+        return cls(
+            rank=int(data["rank"]),
+            status=str(data["status"]),
+            error=data.get("error"),
+            time=float(data.get("time") or 0.0),
+            traceback=str(data.get("traceback") or ""),
+        )
+
+
 def write_rank_outcome(
     job_dir: Path, rank: int, *, error: BaseException | None, trace: str = ""
 ) -> None:
-    payload: dict[str, Any] = {"rank": rank, "time": time.time(), "status": "ok", "error": None}
+    outcome = RankOutcome(rank=rank, status="ok", time=time.time())
     if error is not None:
         message = _short(f"{type(error).__name__}: {error}")
-        payload.update(status=classify(error), error=message, traceback=trace)
-    write_json_atomic(JobDir(job_dir).rank_outcome(rank), payload)
+        outcome = RankOutcome(
+            rank=rank, status=classify(error), error=message, time=outcome.time, traceback=trace
+        )
+    write_json_atomic(JobDir(job_dir).rank_outcome(rank), outcome.to_dict())
+
+
+def read_rank_outcome(path: Path) -> RankOutcome | None:
+    """The outcome in `path`, or None for a file that is missing or half-written."""
+    try:
+        return RankOutcome.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _short(text: str, limit: int = 1000) -> str:
@@ -71,35 +123,30 @@ def _how_it_ended(exitcode: int) -> str:
 
 
 def unrecorded_failures(
-    outcomes: list[dict[str, Any]], exits: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
+    outcomes: list[RankOutcome], exits: dict[int, dict[str, Any]]
+) -> list[RankOutcome]:
     """Outcomes for ranks that died without writing one (SIGKILL, segfault, os._exit)."""
-    recorded = {o.get("rank") for o in outcomes}
+    recorded = {o.rank for o in outcomes}
     return [
-        {
-            "rank": rank,
-            "status": "failed",
-            "error": _how_it_ended(int(info.get("exitcode", 1))),
-            "time": float(info.get("time", 0.0)),
-            "unrecorded": True,
-        }
+        RankOutcome(
+            rank=rank,
+            status="failed",
+            error=_how_it_ended(int(info.get("exitcode", 1))),
+            time=float(info.get("time", 0.0)),
+            unrecorded=True,
+        )
         for rank, info in sorted(exits.items())
         if rank not in recorded and info.get("exitcode")
     ]
 
 
-def read_rank_outcomes(job_dir: Path) -> list[dict[str, Any]]:
-    outcomes = []
-    for path in sorted(JobDir(job_dir).ranks.glob("rank*.json")):
-        try:
-            outcomes.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return outcomes
+def read_rank_outcomes(job_dir: Path) -> list[RankOutcome]:
+    paths = sorted(JobDir(job_dir).ranks.glob("rank*.json"))
+    return [o for o in map(read_rank_outcome, paths) if o is not None]
 
 
 def root_cause(
-    outcomes: list[dict[str, Any]], *, world_size: int | None = None
+    outcomes: list[RankOutcome], *, world_size: int | None = None
 ) -> tuple[str, str] | None:
     """(status, 'rank r: error') of the failure that started it all, or None if none failed.
 
@@ -107,25 +154,21 @@ def root_cause(
     failure is a side effect of another rank's death and `world_size` says which ranks
     left nothing, those ranks are named instead.
     """
-    failed = [o for o in outcomes if o.get("status") != "ok"]
+    failed = [o for o in outcomes if not o.ok]
     if not failed:
         return None
-    silent = sorted(set(range(world_size or 0)) - {o.get("rank") for o in outcomes})
-    if silent and all(_secondary(o) for o in failed):
+    silent = sorted(set(range(world_size or 0)) - {o.rank for o in outcomes})
+    if silent and all(o.secondary for o in failed):
         names = ", ".join(str(r) for r in silent)
         return "failed", (
             f"rank {names} ended without recording an outcome (killed or crashed), and the "
             "others lost their connection to it"
         )
 
-    def rank_of(o: dict[str, Any]) -> tuple[int, int, float]:
-        severity = {"oom": 0, "failed": 1, "timeout": 2}.get(o["status"], 1)
-        return (int(_secondary(o)), severity, o.get("time", 0.0))
+    def rank_of(o: RankOutcome) -> tuple[int, int, float]:
+        severity = {"oom": 0, "failed": 1, "timeout": 2}.get(o.status, 1)
+        return (int(o.secondary), severity, o.time)
 
     first = min(failed, key=rank_of)
-    sep = " " if first.get("unrecorded") else ": "
-    return first["status"], f"rank {first['rank']}{sep}{first['error']}"
-
-
-def _secondary(outcome: dict[str, Any]) -> bool:
-    return any(m in (outcome.get("error") or "") for m in _SECONDARY_MARKERS)
+    sep = " " if first.unrecorded else ": "
+    return first.status, f"rank {first.rank}{sep}{first.error}"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.job_dir import RESULT_FILE
-from harness.rank_outcome import read_rank_outcomes, root_cause
+from harness.rank_outcome import RankOutcome, read_rank_outcomes, root_cause
 from harness.result import (
     CorruptResultError,
     Result,
@@ -56,9 +56,9 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
         existing = None
         corrupt = None if not (job_dir / RESULT_FILE).exists() else str(e)
 
-    outcomes = [o for o in read_rank_outcomes(job_dir) if o.get("rank") in range(end.world_size)]
-    failed = [o for o in outcomes if o.get("status") != "ok"]
-    missing = sorted(set(range(end.world_size)) - {o["rank"] for o in outcomes})
+    outcomes = [o for o in read_rank_outcomes(job_dir) if o.rank in range(end.world_size)]
+    failed = [o for o in outcomes if not o.ok]
+    missing = sorted(set(range(end.world_size)) - {o.rank for o in outcomes})
 
     status, error = _verdict(state, end, failed, missing)
     if status is None:  # every rank ok and SLURM agrees
@@ -79,7 +79,7 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
     slurm = {
         "job_id": end.slurm_job_id,
         "state": end.slurm_state,
-        "rank_failures": {str(o["rank"]): o.get("error") for o in failed},
+        "rank_failures": {str(o.rank): o.error for o in failed},
         "ranks_without_outcome": missing,
     }
     base = existing if existing is not None else make_result(status="failed", config=config)
@@ -89,9 +89,9 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
 
 
 def _verdict(
-    state: str, end: JobEnd, failed: list[dict[str, Any]], missing: list[int]
+    state: str, end: JobEnd, failed: list[RankOutcome], missing: list[int]
 ) -> tuple[str | None, str | None]:
-    if state == "TIMEOUT" or any(_WALL_CLOCK in (o.get("error") or "") for o in failed):
+    if state == "TIMEOUT" or any(_WALL_CLOCK in (o.error or "") for o in failed):
         return "timeout", (
             f"job exceeded its wall-clock limit job_timeout_s={end.job_timeout_s:g} "
             f"(SLURM --time={end.time_limit_min} min, job {end.slurm_job_id})"
@@ -105,7 +105,7 @@ def _verdict(
                 f"collective timed out (collective_timeout_s={end.collective_timeout_s:g}) "
                 f"waiting for ranks {missing}; {err}"
             )
-        others = sorted(o["rank"] for o in failed if f"rank {o['rank']}" != root)
+        others = sorted(o.rank for o in failed if f"rank {o.rank}" != root)
         if others:
             err += f" (also ended badly: ranks {others})"
         if missing and status != "timeout":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from pathlib import Path
@@ -14,7 +13,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from harness.job_dir import JobDir
-from harness.rank_outcome import write_rank_outcome
+from harness.rank_outcome import read_rank_outcome, write_rank_outcome
 from harness.slurm import ensure_plugin_importable
 from harness.slurm.rank import export_rank_env
 
@@ -94,7 +93,5 @@ def _record(job_dir: Path, rank: int, error: BaseException | None) -> None:
 
 
 def _recorded_failure(path: Path) -> bool:
-    try:
-        return json.loads(path.read_text()).get("status") != "ok"
-    except (OSError, ValueError):
-        return False
+    outcome = read_rank_outcome(path)
+    return outcome is not None and not outcome.ok
