@@ -90,7 +90,7 @@ def _end_group(proc: subprocess.Popen, grace_s: float) -> None:
     The group outlives its leader while any member lives, so the SIGKILL also reaches
     ranks whose elastic agent has already gone.
     """
-    with _interrupts_deferred():  # a second Ctrl-C must not leave the ranks running
+    with interrupts_deferred():  # a second Ctrl-C must not leave the ranks running
         if grace_s > 0 and proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
@@ -102,7 +102,9 @@ def _end_group(proc: subprocess.Popen, grace_s: float) -> None:
 
 
 @contextmanager
-def _interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM inside (main thread only): for clean-up a second Ctrl-C
+    must not cut short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

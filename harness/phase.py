@@ -19,6 +19,7 @@ def report_phase(job_dir: Path, rank: int, text: str) -> None:
     path = JobDir(job_dir).phase
     tmp = path.with_name(f".{path.name}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # on SLURM no launcher made it
         tmp.write_text(text)
         os.replace(tmp, path)  # the reader never sees half a phase
     except OSError:

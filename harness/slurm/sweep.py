@@ -18,7 +18,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
+from harness.job import Interrupted
 from harness.job_dir import RESULT_FILE, JobDir
+from harness.launch import interrupts_deferred
 from harness.result import (
     Result,
     make_result,
@@ -222,40 +224,73 @@ def launch_sweep(
 
     executor = submitit.SlurmExecutor(folder=params.submitit_folder, max_num_timeout=0)
     task = SlurmRankTask(hydra_context, task_function, config)
+    try:
+        for job in jobs:
+            _submit(job, executor, task, params)
+        _wait(jobs, params)
+    except (KeyboardInterrupt, Interrupted) as e:
+        # The person stopping the sweep wants the cluster's GPUs back, not jobs that run
+        # on with nobody to record them.
+        name = e.signal_name if isinstance(e, Interrupted) else "SIGINT"
+        with interrupts_deferred():
+            _cancel_unfinished(jobs, name)
+        raise Interrupted(name) from e
+    return [_job_return(job) for job in jobs]
+
+
+def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -> None:
+    """Submit one planned job, or give it its row at once (already ok, refused, sbatch error)."""
+    desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
+    if _finished_ok(job.job_dir):
+        job.result = read_result(job.job_dir / RESULT_FILE)
+        log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
+        return
+    if job.refusal is not None:
+        log.error(f"\t{desc}: refused before submission: {job.refusal}")
+        job.result = make_result(status="invalid", config=job.config, error=job.refusal)
+        write_result(job.job_dir, job.result)
+        return
+    _set_aside_stale_result(job.job_dir)
+    try:
+        executor.update_parameters(**_sbatch_parameters(job, params))
+        job.submitit_job = executor.submit(
+            task, job.overrides, job.idx, str(job.job_dir), Singleton.get_state()
+        )
+    except Exception as e:  # sbatch refused it: a row, and the sweep goes on
+        log.error(f"\t{desc}: submission failed: {e}")
+        job.result = make_result(
+            status="failed", config=job.config, error=f"sbatch refused the job: {e}"
+        )
+        write_result(job.job_dir, job.result)
+        return
+    shape = job.shape
+    assert shape is not None
+    _write_slurm_record(job, state="SUBMITTED")
+    log.info(
+        f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
+        f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"
+    )
+
+
+def _cancel_unfinished(jobs: list[PlannedJob], signal_name: str) -> None:
+    """scancel every submitted job that has not ended, and mark it interrupted (a rerun
+    resubmits it) unless its rank 0 had already written an ok result, which is kept."""
     for job in jobs:
-        desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
+        sj = job.submitit_job
+        if sj is None or job.result is not None:
+            continue
+        sj.cancel(check=False)
+        _write_slurm_record(job, state="CANCELLED")
         if _finished_ok(job.job_dir):
             job.result = read_result(job.job_dir / RESULT_FILE)
-            log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
             continue
-        if job.refusal is not None:
-            log.error(f"\t{desc}: refused before submission: {job.refusal}")
-            job.result = make_result(status="invalid", config=job.config, error=job.refusal)
-            write_result(job.job_dir, job.result)
-            continue
-        _set_aside_stale_result(job.job_dir)
-        try:
-            executor.update_parameters(**_sbatch_parameters(job, params))
-            job.submitit_job = executor.submit(
-                task, job.overrides, job.idx, str(job.job_dir), Singleton.get_state()
-            )
-        except Exception as e:  # sbatch refused it: a row, and the sweep goes on
-            log.error(f"\t{desc}: submission failed: {e}")
-            job.result = make_result(
-                status="failed", config=job.config, error=f"sbatch refused the job: {e}"
-            )
-            write_result(job.job_dir, job.result)
-            continue
-        shape = job.shape
-        assert shape is not None
-        _write_slurm_record(job, state="SUBMITTED")
-        log.info(
-            f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
-            f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"
+        job.result = make_result(
+            status="interrupted",
+            config=job.config,
+            error=f"the sweep was interrupted ({signal_name}); SLURM job {sj.job_id} was cancelled",
         )
-
-    _wait(jobs, params)
-    return [_job_return(job) for job in jobs]
+        write_result(job.job_dir, job.result)
+        log.warning(f"#{job.idx} SLURM job {sj.job_id} cancelled: the sweep was interrupted")
 
 
 def _wait(jobs: list[PlannedJob], params: LauncherParams) -> None:

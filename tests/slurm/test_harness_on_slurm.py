@@ -12,8 +12,10 @@ import csv
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ COMMON = [
 TIMEOUTS = ("collective_timeout_s=10", "job_timeout_s=120")
 
 
-def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+def _command(sweep_dir: Path, *overrides: str) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -49,8 +51,15 @@ def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]
     ]
     if not HAS_RESULTS_CSV:  # aggregation lands separately; until then no callback
         cmd.append("~hydra.callbacks.aggregate_results")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=500)
+    return cmd
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _sweep(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    cmd = _command(sweep_dir, *overrides)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=ENV, timeout=500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -182,3 +191,34 @@ def test_job_past_its_wall_clock_limit_is_a_timeout(slurm_cluster: None, tmp_pat
     logs = "".join(Path(record[k]).read_text() for k in ("stdout", "stderr"))
     ended_by_warning = "not requeued because: timed-out" in logs
     assert record["state"] == "TIMEOUT" or (record["state"] == "FAILED" and ended_by_warning)
+
+
+def _sacct_state(slurm_id: str) -> str:
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", slurm_id, "-o", "State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return out[0] if out else ""
+
+
+def test_interrupting_the_sweep_cancels_its_slurm_jobs(slurm_cluster: None, tmp_path: Path):
+    cmd = _command(tmp_path, "gpus=2", "fault.kind=hang", "collective_timeout_s=600")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    # Interrupt once the job's ranks run (rank 0 reports its phase).
+    while not list(tmp_path.glob("*/ranks/phase")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the job never started"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out.decode()[-2000:] + err.decode()[-2000:]
+    assert "resume with the same command" in err.decode()
+    (job_dir,) = _jobs(tmp_path).values()
+    slurm_id = _slurm_job_id(job_dir)
+    result = read_result(job_dir / "result.json")
+    assert result.status == "interrupted"
+    assert f"SLURM job {slurm_id} was cancelled" in result.error
+    assert json.loads((job_dir / "slurm.json").read_text())["state"] == "CANCELLED"
+    assert _sacct_state(slurm_id).startswith("CANCELLED")
