@@ -49,9 +49,12 @@ def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:
     if device.type == "cpu":
         torch.set_num_threads(threads)
     try:
+        backend = resolve_backend(cfg.backend, device.type)
         dist.init_process_group(
-            resolve_backend(cfg.backend, device.type),
+            backend,
             timeout=timedelta(seconds=cfg.collective_timeout_s),
+            # binds NCCL to this rank's GPU at once: barriers and teardown need not guess it
+            device_id=device if backend == "nccl" else None,
         )
         result = train(cfg, job_dir, rank, world_size, device, threads)
         write_rank_outcome(job_dir, rank, error=None)
@@ -74,9 +77,20 @@ def resolve_backend(backend: str, device_type: str) -> str:
 
 
 def cuda_index(backend: str, local_rank: int, device_count: int) -> int:
-    """The GPU of a local rank: its own under NCCL (checked before launch); shared round
-    robin under gloo, so that every engine can be checked with several ranks on one GPU."""
-    return local_rank % device_count if backend == "gloo" else local_rank
+    """The GPU of a local rank: shared round robin under gloo, so that every engine can be
+    checked with several ranks on one GPU. Under NCCL each rank has its own: the one of its
+    local rank where the task sees the node's GPUs, the only one where the cluster binds a
+    GPU to each task (SLURM's --gpu-bind, or cgroups: every task sees one device)."""
+    if backend == "gloo":
+        return local_rank % device_count
+    if device_count == 1:
+        return 0
+    if local_rank >= device_count:
+        raise RuntimeError(
+            f"local rank {local_rank} has no GPU of its own: this task sees {device_count} "
+            "GPUs; give each node as many GPUs as tasks (gpus_per_node) or bind one per task"
+        )
+    return local_rank
 
 
 def _pick_device(cfg: JobConfig, local_rank: int) -> torch.device:

@@ -17,7 +17,7 @@ from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
 from yafsdp_impl.plan import BufferPlan, choose_plan
-from yafsdp_impl.schedule import Schedule
+from yafsdp_impl.schedule import Schedule, add_squared_norm
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
@@ -170,7 +170,7 @@ class YaFSDP:
         if not s.grad_norms_valid:  # clipped already, or gradients changed outside backward
             s.grad_sq_norms.zero_()
             for i, g in enumerate((b.master_grad, b.resident_master_grad)):
-                s.grad_sq_norms[i] = torch.linalg.vector_norm(g, dtype=torch.float64).square()
+                add_squared_norm(s.grad_sq_norms[i], g)
         sq = s.grad_sq_norms.sum()
         with record_function("yafsdp.all_reduce.clip"):
             collectives.all_reduce_sum(sq, self.group)

@@ -37,11 +37,13 @@ class _WorkEvent(Event):
 
 
 class _CudaEvent(Event):
-    def __init__(self, event: torch.cuda.Event) -> None:
+    def __init__(self, event: torch.cuda.Event, device: torch.device) -> None:
         self.event = event
+        self.device = device
 
     def wait(self) -> None:
-        torch.cuda.current_stream().wait_event(self.event)
+        # The engine's device, not whichever is current: a caller need not set_device.
+        torch.cuda.current_stream(self.device).wait_event(self.event)
 
 
 class Streams:
@@ -49,6 +51,7 @@ class Streams:
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.device = device
         self.comm_stream = torch.cuda.Stream(device, priority=-1) if self.cuda else None
 
     def compute_event(self) -> Event:
@@ -56,8 +59,8 @@ class Streams:
         if not self.cuda:
             return DONE
         ev = torch.cuda.Event()
-        ev.record(torch.cuda.current_stream())
-        return _CudaEvent(ev)
+        ev.record(torch.cuda.current_stream(self.device))
+        return _CudaEvent(ev, self.device)
 
     def launch(self, collective: Callable[[bool], dist.Work | None], after: Event) -> Event:
         """Run `collective(async_op)` once `after` has happened; return its completion event."""
@@ -71,4 +74,4 @@ class Streams:
             collective(False)
             done = torch.cuda.Event()
             done.record(self.comm_stream)
-        return _CudaEvent(done)
+        return _CudaEvent(done, self.device)

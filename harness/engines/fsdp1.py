@@ -90,7 +90,8 @@ class FSDP1Engine:
                 # accelerate's transformer_auto_wrap_policy names the decoder-layer class;
                 # the published patch adds the embedding and the output projection as units.
                 "auto_wrap": f"token embedding, each {parts.layer_class}, output projection",
-                "sharding_strategy": "FULL_SHARD",
+                # What FSDP1 runs: at world size 1 it switches FULL_SHARD to NO_SHARD.
+                "sharding_strategy": wrapped.sharding_strategy.name,
                 "use_orig_params": False,
                 "backward_prefetch": "BACKWARD_PRE",
                 "forward_prefetch": True,

@@ -12,6 +12,9 @@ from typing import Any
 
 ENGINE_FILES = "yafsdp_impl"
 MODEL_COMPUTE = {"__call__", "_checkpointed"}  # engine frames that run the user's forward
+# The CUDA allocator's smallest block: a scalar (the clip norm and its coefficient) takes
+# one. Anything larger made by the engine after the first step is a steady-state allocation.
+SCALAR_BYTES = 512
 
 
 def frames_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -32,3 +35,16 @@ def engine_frame(frames: list[dict[str, Any]]) -> str | None:
             name = str(f.get("name", ""))
             return None if name in MODEL_COMPUTE else f"{Path(filename).name}:{name}"
     return None
+
+
+def steady_offenders(trace: list[dict[str, Any]]) -> list[str]:
+    """The engine functions that allocated more than a scalar in these trace entries (a
+    device trace after the first step), sorted and without repeats."""
+    return sorted(
+        {
+            f
+            for e in trace
+            if e.get("action") == "alloc" and int(e.get("size", 0)) > SCALAR_BYTES
+            if (f := engine_frame(frames_of(e)))
+        }
+    )

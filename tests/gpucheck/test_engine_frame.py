@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.gpucheck.snapshot import engine_frame
+from harness.gpucheck.snapshot import SCALAR_BYTES, engine_frame, steady_offenders
 
 
 def _f(filename: str, name: str) -> dict:
@@ -29,3 +29,15 @@ def test_model_compute_under_engine_frames_is_not():
 def test_no_frames_or_no_engine_frames():
     assert engine_frame([]) is None
     assert engine_frame([_f("/t/torch/optim/adamw.py", "step")]) is None
+
+
+def test_steady_offenders_are_engine_allocations_above_a_scalar():
+    grad_copy = _f(ENGINE, "_add_into_master_grad")
+    trace = [
+        {"action": "alloc", "size": SCALAR_BYTES, "frames": [_f(ENGINE, "clip_grad_norm_")]},
+        {"action": "alloc", "size": 8 << 20, "frames": [grad_copy]},
+        {"action": "free_requested", "size": 8 << 20, "frames": [_f(ENGINE, "release")]},
+        {"action": "alloc", "size": 8 << 20, "frames": [_f(MODEL, "forward"), grad_copy]},
+    ]
+    assert steady_offenders(trace) == ["api.py:_add_into_master_grad"]
+    assert steady_offenders(trace[:1] + trace[2:]) == []

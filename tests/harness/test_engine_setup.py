@@ -71,6 +71,13 @@ def test_fsdp1_is_the_published_fsdp1(recorded: dict[str, dict]) -> None:
         True,
     )
     assert (s["param_dtype"], s["reduce_dtype"]) == ("bfloat16", "float32")
+    assert s["sharding_strategy"] == "FULL_SHARD"
+
+
+def test_fsdp1_records_the_strategy_it_runs_at_one_rank(tmp_path: Path) -> None:
+    # FSDP1 turns FULL_SHARD into NO_SHARD on one rank (a one-GPU NCCL job): say so.
+    ((_, settings),) = run_on_ranks(train_jobs, 1, [_config("fsdp1", 1, 0)], str(tmp_path))[0]
+    assert settings["sharding_strategy"] == "NO_SHARD"
 
 
 def test_every_engine_records_the_shared_settings(recorded: dict[str, dict]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import memory, worker
+from harness import memory, metrics, worker
 from harness.config import JobConfig
 from harness.data import token_batch
 from harness.validate import validation_errors
@@ -25,6 +25,23 @@ def test_gloo_shares_gpus_round_robin_nccl_keeps_one_each() -> None:
     assert [worker.cuda_index("gloo", r, 1) for r in range(4)] == [0, 0, 0, 0]
     assert [worker.cuda_index("gloo", r, 2) for r in range(4)] == [0, 1, 0, 1]
     assert [worker.cuda_index("nccl", r, 4) for r in range(4)] == [0, 1, 2, 3]
+    # a cluster that binds one GPU to each task: every rank sees its own as device 0
+    assert [worker.cuda_index("nccl", r, 1) for r in range(4)] == [0, 0, 0, 0]
+    with pytest.raises(RuntimeError, match="local rank 3 has no GPU of its own"):
+        worker.cuda_index("nccl", 3, 2)
+
+
+def test_mfu_peak_follows_the_card_by_name() -> None:
+    # names as torch.cuda.get_device_name gives them
+    peaks = {
+        "NVIDIA A100-SXM4-80GB": 312e12,
+        "NVIDIA H100 80GB HBM3": 989e12,
+        "NVIDIA H100 PCIe": 756e12,
+        "NVIDIA H100 NVL": 835e12,
+        "NVIDIA H200": 989e12,
+        "Tesla V100-SXM2-32GB": None,
+    }
+    assert {name: metrics.spec_peak_flops(name) for name in peaks} == peaks
 
 
 def test_pick_device_maps_gloo_ranks_onto_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
