@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +48,7 @@ def capture_profile(
         activities.append(ProfilerActivity.CUDA)
     path = trace_path(out_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = path.with_name(f".rank{rank}.json.tmp")
+    raw = _raw_trace_path(path, rank)
     with profile(
         activities=activities,
         schedule=schedule(wait=0, warmup=max(warmup, 0), active=steps, repeat=1),
@@ -60,6 +62,17 @@ def capture_profile(
     prof.export_chrome_trace(str(raw))
     _gzip_with_rank(raw, path, rank=rank, world_size=world_size)
     return path
+
+
+def _raw_trace_path(path: Path, rank: int) -> Path:
+    """Where torch writes the uncompressed trace: beside the final one, unless the job
+    directory's name holds a backslash (Hydra escapes `hf:<path>` as `hf\\:<path>`), which
+    Kineto's writer turns into a path separator; then in the system's temporary folder."""
+    if "\\" not in str(path):
+        return path.with_name(f".rank{rank}.json.tmp")
+    fd, name = tempfile.mkstemp(prefix=f"yafsdp-bench-rank{rank}-", suffix=".json")
+    os.close(fd)
+    return Path(name)
 
 
 def _gzip_with_rank(raw: Path, out: Path, *, rank: int, world_size: int) -> None:
