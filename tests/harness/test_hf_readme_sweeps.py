@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.result import read_result
 from tests.processes import REPO, run_module
 
 CONFIGS = REPO / "sweeps" / "hf_models"
@@ -44,3 +45,30 @@ def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path)
     assert done is not None, proc.stdout[-2000:]
     assert int(done.group(1)) == int(done.group(2)) > 1
     assert "model_impl=hf" in proc.stdout
+
+
+def test_a_profiled_job_of_a_shipped_config_runs(tmp_path: Path) -> None:
+    # Hydra names the job directory `...model=hf\:sweeps/hf_models/...`: the whole job,
+    # traces included, must work under that name.
+    args = [
+        "-m",
+        "model=hf:sweeps/hf_models/mistral_tiny",
+        "model_impl=hf",
+        "hardware=cpu",
+        "gpus=2",
+        "dtype=fp32",
+        "seq_len=32",
+        "engine=yafsdp",
+        "warmup_steps=1",
+        "steps=2",
+        "profile.steps=1",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    proc = run_module("harness", *args, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (result,) = tmp_path.glob("**/result.json")
+    assert read_result(result).ok, read_result(result).error
+    assert sorted(p.name for p in (result.parent / "traces").glob("rank*.json.gz")) == [
+        "rank0.json.gz",
+        "rank1.json.gz",
+    ]
