@@ -50,7 +50,7 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         name="fsdp1",
         adapter="harness.engines.fsdp1:FSDP1Engine",
         title="FSDP1 (the published baseline: FULL_SHARD, BACKWARD_PRE, forward_prefetch, "
-        "limit_all_gathers, use_orig_params=False, bf16 params, fp32 reduce)",
+        "limit_all_gathers, use_orig_params=False, params in the job's dtype, fp32 reduce)",
         baseline=True,
     ),
     EngineSpec(
