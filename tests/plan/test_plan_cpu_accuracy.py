@@ -1,7 +1,8 @@
 """The planner's per-rank peak against the CPU allocator's, for every engine: llama_mini and
-llama_small on 2 gloo ranks, seq 128 and 512, ckpt_layers 0 and 1 (fp32, as CPU runs go).
+llama_small on 2 gloo ranks, seq 128 and 512 (fp32, as CPU runs go); checkpointing
+(ckpt_layers 0 and 1) on llama_mini, where its share of the peak is the larger.
 
-One process group runs all 40 cases in turn, each built and stepped as a job's memory-
+One process group runs all 30 cases in turn, each built and stepped as a job's memory-
 tracked phase is (build, two steps: the second holds AdamW's moments)."""
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from tests.distributed import run_on_ranks
 from tests.plan.cpu_peaks import measure
 
 TOLERANCE = 0.10
+# The suite's largest single cost, so checkpointing is measured on llama_mini only: its
+# share of the peak is larger there than on llama_small (whose ckpt_layers=1 peaks were
+# 0.7-2.0% below ckpt_layers=0 when both were measured).
+MODEL_CKPT = [("llama_mini", 0), ("llama_mini", 1), ("llama_small", 0)]
 CASES = [
     {"model": m, "seq_len": s, "ckpt_layers": c, "engine": e}
-    for m, s, c, e in itertools.product(
-        ("llama_mini", "llama_small"), (128, 512), (0, 1), list(ENGINES)
-    )
+    for (m, c), s, e in itertools.product(MODEL_CKPT, (128, 512), list(ENGINES))
 ]
 
 
