@@ -49,7 +49,7 @@ def test_capture_into_a_job_directory_named_with_a_backslash(tmp_path):
     # Hydra names an hf:<path> job `model=hf\:<path>`; Kineto's writer reads `\` as `/`.
     out_dir = tmp_path / "engine=yafsdp,model=hf\\:sweeps" / "hf_models" / "tiny,seq_len=64"
     path = capture_profile(
-        _step_fn([]), steps=1, warmup=0, out_dir=out_dir, rank=0, world_size=1, use_cuda=False
+        _step_fn([]), steps=1, warmup=1, out_dir=out_dir, rank=0, world_size=1, use_cuda=False
     )
     assert path == out_dir / "traces" / "rank0.json.gz"
     assert len(summarize_trace(path)["steps"]) == 1
