@@ -204,7 +204,7 @@ def measure(
         dist.destroy_process_group()
         gc.collect()
         if cuda:
-            release_cuda_memory()
+            torch.cuda.empty_cache()
 
 
 def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list[Check]:
