@@ -38,24 +38,60 @@ class ProfileConfig:
 
 
 @dataclass(kw_only=True)
+class NetworkSpec:
+    """NCCL's ring over one cluster's links, as `harness.plan.network` prices it: NVLink
+    inside a node, one ring channel per NIC across nodes, and NCCL's own latency tables
+    (ring algorithm; three entries each: LL, LL128, Simple). 0 means unknown."""
+
+    nvlink_channels: int = 0  # ring channels inside a node
+    nvlink_channel_gbps: float = 0.0  # GB/s each
+    nics_per_node: int = 0
+    nic_gbps: float = 0.0  # line rate of one NIC, Gb/s
+    nic_efficiency: float = 0.0  # fraction of the line rate NCCL achieves per NIC
+    node_decline_per_doubling: float = 0.0  # bus bandwidth lost per doubling of nodes
+    decline_from_nodes: int = 1  # ... past this many nodes
+    base_latency_us: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    nvlink_step_us: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    net_step_us: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    net_overhead_us: float = 0.0  # per intra-node step once a ring crosses nodes
+    ll_max_gbps: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    ll128_channel_gbps: float = 0.0
+
+    def known(self) -> bool:
+        return bool(self.nvlink_channels and self.nvlink_channel_gbps)
+
+
+@dataclass(kw_only=True)
 class DeviceSpec:
     """What the planner (`harness.plan`) needs to know of one device and its network.
 
     Each profile in `sweeps/hardware/` fills it and names the public source of every
-    figure; 0 means unknown (the planner then predicts memory only).
+    figure in `sources` (field -> source); 0 means unknown (the planner then predicts
+    memory only). A calibration (`python -m harness.bandwidth`) replaces the network's.
     """
 
     name: str = "unknown"
     peak_tflops: float = 0.0  # dense tensor-core TFLOP/s in the job's dtype (bf16)
     memory_gbps: float = 0.0  # device memory bandwidth, GB/s
-    intra_node_bus_gbps: float = 0.0  # per GPU, to the GPUs of its node, one direction
-    inter_node_bus_gbps: float = 0.0  # per-GPU bandwidth off the node, one direction
-    collective_base_latency_us: float = 0.0  # fixed cost of launching one collective
-    intra_node_step_latency_us: float = 0.0  # per ring step inside a node
-    inter_node_step_latency_us: float = 0.0  # per ring step that crosses nodes
-    # Fraction of peak that dense training compute achieves (the time model's one
-    # efficiency figure; never fitted to the results it predicts).
-    compute_efficiency: float = 0.0
+    sm_count: int = 0
+    # GEMMs: the best fraction of peak a large bf16 GEMM reaches (cuBLAS), and the output
+    # tile each SM computes (M x N), from which wave quantization follows
+    gemm_efficiency: float = 0.0
+    gemm_tile: list[int] = field(default_factory=lambda: [0, 0])
+    # fused causal attention (FlashAttention-2 / SDPA): forward+backward TFLOP/s achieved
+    # at head dim 128, by sequence length (the two lists pair up)
+    attention_seq: list[int] = field(default_factory=list)
+    attention_tflops: list[float] = field(default_factory=list)
+    memory_efficiency: float = 0.0  # fraction of memory bandwidth elementwise kernels reach
+    kernel_floor_us: float = 0.0  # the shortest a kernel takes, however little it does
+    launch_us: float = 0.0  # host time to launch one eager op's kernel
+    hook_us: float = 0.0  # host time of one engine hook (Python, per unit and pass)
+    nccl_sms: int = 0  # SMs NCCL's kernels hold while a collective runs
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def knows_time(self) -> bool:
+        return bool(self.peak_tflops and self.memory_gbps and self.gemm_efficiency)
 
 
 @dataclass(kw_only=True)
@@ -125,5 +161,7 @@ def config_from_dict(data: dict[str, Any]) -> JobConfig:
     data["engine"] = EngineConfig(**known(EngineConfig, data.get("engine", {})))
     data["profile"] = ProfileConfig(**known(ProfileConfig, data.get("profile", {})))
     data["fault"] = FaultConfig(**known(FaultConfig, data.get("fault", {})))
-    data["device_spec"] = DeviceSpec(**known(DeviceSpec, data.get("device_spec", {})))
+    spec = known(DeviceSpec, data.get("device_spec", {}))
+    spec["network"] = NetworkSpec(**known(NetworkSpec, spec.get("network") or {}))
+    data["device_spec"] = DeviceSpec(**spec)
     return JobConfig(**data)

@@ -52,8 +52,9 @@ STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
 # a stored result's config with the requested one, and the report never tells jobs apart by
 # them. Everything else in the config counts.
+# device_spec holds the planner's figures: they change predictions, never a measurement.
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s"}
+    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
 )
 
 

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.autograd.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from yafsdp_impl import collectives, state_dict
@@ -17,7 +16,7 @@ from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
 from yafsdp_impl.plan import BufferPlan, choose_plan
-from yafsdp_impl.schedule import Schedule, add_squared_norm
+from yafsdp_impl.schedule import Schedule
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
@@ -73,7 +72,8 @@ class YaFSDP:
         self.device = torch.device(device) if device is not None else _default_device(module)
 
         self.layout = build_layout(module, units, self.world_size)
-        native_reduce_scatter = collectives.has_native_reduce_scatter(self.group)
+        comm = collectives.Comm(self.group)
+        native_reduce_scatter = comm.native_reduce_scatter
         self.buffer_plan: BufferPlan = choose_plan(
             self.layout,
             buffer_plan,
@@ -105,7 +105,7 @@ class YaFSDP:
         self.schedule = Schedule(
             self.layout,
             self.buffers,
-            self.group,
+            comm,
             grad_accum_steps=grad_accum_steps,
             grad_views=grad_views,
         )
@@ -166,21 +166,7 @@ class YaFSDP:
         The squared norms of the shards were summed during backward, as each reduce-scatter
         was added into the master gradient: clipping is one scalar all-reduce and one scale.
         """
-        b, s = self.buffers, self.schedule
-        if not s.grad_norms_valid:  # clipped already, or gradients changed outside backward
-            s.grad_sq_norms.zero_()
-            for i, g in enumerate((b.master_grad, b.resident_master_grad)):
-                add_squared_norm(s.grad_sq_norms[i], g)
-        sq = s.grad_sq_norms.sum()
-        with record_function("yafsdp.all_reduce.clip"):
-            collectives.all_reduce_sum(sq, self.group)
-        s.log.append(("all_reduce", "clip"))
-        s.grad_norms_valid = False  # the scale below changes the gradients
-        norm = sq.sqrt()
-        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0).float()
-        b.master_grad.mul_(coef)
-        b.resident_master_grad.mul_(coef)
-        return norm.float()
+        return self.schedule.clip_grad_norm_(max_norm)
 
     def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
         """Bytes this rank holds by class: weights, grads, master, staging (and optimizer,

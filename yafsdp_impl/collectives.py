@@ -48,3 +48,29 @@ def reduce_scatter(
 
 def all_reduce_sum(t: torch.Tensor, group: dist.ProcessGroup) -> None:
     dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+
+
+class Comm:
+    """The process group the engine talks over: this rank, the world size, and the three
+    collectives (looked up in this module at each call, so a wrapper put in its place, as
+    gpu-check's stress tests do, is used). A stand-in with the same methods lets a planner
+    run the engine's schedule on the meta device and see what it would issue."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.native_reduce_scatter = has_native_reduce_scatter(group)
+
+    def all_gather(
+        self, out: torch.Tensor, shard: torch.Tensor, async_op: bool
+    ) -> dist.Work | None:
+        return all_gather(out, shard, self.group, async_op)
+
+    def reduce_scatter(
+        self, out: torch.Tensor | None, full: torch.Tensor, async_op: bool
+    ) -> tuple[dist.Work | None, torch.Tensor]:
+        return reduce_scatter(out, full, self.group, self.rank, self.world_size, async_op)
+
+    def all_reduce_sum(self, t: torch.Tensor) -> None:
+        all_reduce_sum(t, self.group)

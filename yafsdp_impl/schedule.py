@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,8 @@ from torch import nn
 from torch.autograd import Variable
 from torch.autograd.profiler import record_function
 
-from yafsdp_impl import collectives
 from yafsdp_impl.buffers import Buffers
+from yafsdp_impl.collectives import Comm
 from yafsdp_impl.events import DONE, Event, Streams
 from yafsdp_impl.layout import Layout
 
@@ -101,21 +102,32 @@ class StagingLane:
     weight_buffer: int | None
 
 
+def after_backward(callback: Callable[[], None]) -> None:
+    """Run `callback` once autograd has finished the backward pass now running."""
+    Variable._execution_engine.queue_callback(callback)
+
+
 class Schedule:
+    """The engine's decisions, hook by hook. `comm` carries the collectives; `at_backward_end`
+    arranges for `end_backward` to run after the last unit's backward (autograd's final
+    callback by default; a planner driving the hooks itself calls `end_backward`)."""
+
     def __init__(
         self,
         layout: Layout,
         buffers: Buffers,
-        group: dist.ProcessGroup,
+        comm: Comm,
         *,
         grad_accum_steps: int,
         grad_views: list[list[tuple[nn.Parameter, torch.Tensor]]],
+        at_backward_end: Callable[[Callable[[], None]], None] = after_backward,
     ) -> None:
         self.layout = layout
         self.buffers = buffers
-        self.group = group
-        self.rank = dist.get_rank(group)
-        self.world_size = dist.get_world_size(group)
+        self.comm = comm
+        self.rank = comm.rank
+        self.world_size = comm.world_size
+        self.at_backward_end = at_backward_end
         self.grad_accum_steps = grad_accum_steps
         self.streams = Streams(buffers.device)
         self.grad_views = grad_views
@@ -174,7 +186,7 @@ class Schedule:
     def pre_backward(self, i: int) -> None:
         if self.phase is not Phase.BACKWARD:
             self.phase = Phase.BACKWARD
-            Variable._execution_engine.queue_callback(self._end_backward)
+            self.at_backward_end(self.end_backward)
         self.close_range()
         self.log.append(("backward", f"unit{i}"))
         if i > 0:
@@ -190,7 +202,7 @@ class Schedule:
         self.grads_waiting.add(i)
         self._open_range(f"yafsdp.backward.unit{i}")
 
-    def _end_backward(self) -> None:
+    def end_backward(self) -> None:
         self.close_range()
         self.log.append(("end_backward", "all"))
         b = self.buffers
@@ -252,7 +264,7 @@ class Schedule:
         name = self.layout.resident.name
         with record_function(f"yafsdp.all_gather.{name}"):
             self.resident_ready = self.streams.launch(
-                lambda a: collectives.all_gather(out, shard, self.group, a),
+                lambda a: self.comm.all_gather(out, shard, a),
                 self.streams.compute_event(),
             )
         self.log.append(("all_gather", name))
@@ -291,7 +303,7 @@ class Schedule:
         released = self.streams.compute_event()
         with record_function(f"yafsdp.all_gather.{unit.name}"):
             slot.ready = self.streams.launch(
-                lambda a: collectives.all_gather(out, shard, self.group, a), released
+                lambda a: self.comm.all_gather(out, shard, a), released
             )
         slot.owner, slot.version = i, self.version
         self.log.append(("all_gather", unit.name))
@@ -415,9 +427,7 @@ class Schedule:
         result: list[torch.Tensor] = []
 
         def collective(async_op: bool) -> dist.Work | None:
-            work, reduced = collectives.reduce_scatter(
-                out, full, self.group, self.rank, self.world_size, async_op
-            )
+            work, reduced = self.comm.reduce_scatter(out, full, async_op)
             result.append(reduced)
             return work
 
@@ -438,6 +448,28 @@ class Schedule:
         if self.resident_reduce_scatter is not None:
             self._add_into_master_grad(self.resident_reduce_scatter)
             self.resident_reduce_scatter = None
+
+    # ---- clipping ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip the sharded gradients by their global L2 norm; return the norm (see
+        `YaFSDP.clip_grad_norm_`)."""
+        b = self.buffers
+        if not self.grad_norms_valid:  # clipped already, or gradients changed outside backward
+            self.grad_sq_norms.zero_()
+            for i, g in enumerate((b.master_grad, b.resident_master_grad)):
+                add_squared_norm(self.grad_sq_norms[i], g)
+        sq = self.grad_sq_norms.sum()
+        with record_function("yafsdp.all_reduce.clip"):
+            self.comm.all_reduce_sum(sq)
+        self.log.append(("all_reduce", "clip"))
+        self.grad_norms_valid = False  # the scale below changes the gradients
+        norm = sq.sqrt()
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0).float()
+        b.master_grad.mul_(coef)
+        b.resident_master_grad.mul_(coef)
+        return norm.float()
 
     # ---- profiler ranges --------------------------------------------------------------
 

@@ -6,24 +6,20 @@ shape: no memory, no FLOPs, but every tensor the code allocates is seen, fp32 no
 and rotary intermediates included. A dispatch-level tracker follows the bytes of every
 live storage, so each figure is what the allocator would hold.
 
-Keyed by model implementation: `ACTIVATION_PROBES[model_impl]` builds the probed modules
-of that implementation: `native` (harness/models/llama.py) or `hf` (the transformers
-model a job with model_impl=hf trains).
+The probed modules are those of the job's model implementation (`probe.py`): `native`
+(harness/models/llama.py) or `hf` (the transformers model a job with model_impl=hf trains).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+from harness.models.shapes import shape_of
+from harness.plan.probe import DTYPE_BYTES, DiskCache, build_probed, implementation_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,24 +116,10 @@ def _probe(run: Callable[[], Any], counter: _LiveBytes) -> LayerFootprint:
     return LayerFootprint(saved=saved, fwd_peak=fwd_peak, bwd_peak=counter.peak - before)
 
 
-@dataclass
-class _Probed:
-    """The modules one probe runs, made under FakeTensorMode: a block, the final norm and
-    the output projection; `run_block(block, x)` calls a block on hidden states `x` (with
-    whatever position inputs it needs, made before tracking and listed in `inputs`)."""
-
-    block: Any
-    norm: Any
-    output: Any
-    run_block: Callable[[Any, Any], Any]
-    inputs: list[Any]
-
-
 def _measure(
-    build: Callable[[Any], _Probed], model: str, shape: Any, seq_len: int, micro_batch: int,
-    dtype: str,
-) -> ActivationFootprint:  # fmt: skip
-    """Run `build`'s block (plain and checkpointed) and head forward and backward on fake
+    model: str, model_impl: str, seq_len: int, micro_batch: int, dtype: str
+) -> ActivationFootprint:
+    """Run the probed block (plain and checkpointed) and head forward and backward on fake
     tensors of the job's shape, counting every byte they allocate."""
     import torch
     import torch.nn.functional as F
@@ -147,21 +129,17 @@ def _measure(
         checkpoint_wrapper,
     )
 
+    shape = shape_of(model)
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     dims = {shape.dim, shape.ffn_dim, shape.vocab_size, shape.n_kv_heads * shape.head_dim}
     if seq_len * micro_batch in dims:
         raise ValueError(f"probe tokens {seq_len * micro_batch} equal a dimension of {model}")
     weight_shapes: set[tuple[int, ...]] = set()
     counter = _LiveBytes(weight_shapes)
-    default = torch.get_default_dtype()
     # Fake CPU tensors, not meta ones: attention then takes the fused kernel a real run
     # takes (saving its output and log-sum-exp), where meta would take the math path.
     with FakeTensorMode():
-        torch.set_default_dtype(torch_dtype)
-        try:
-            probed = build(torch_dtype)
-        finally:
-            torch.set_default_dtype(default)
+        probed = build_probed(model, model_impl, seq_len, micro_batch, dtype)
         modules = (probed.block, probed.norm, probed.output)
         weights = [p for m in modules for p in m.parameters()]
         for w in weights:  # computed (their inputs are saved for them) but never kept
@@ -197,72 +175,11 @@ def _measure(
     )
 
 
-def _native_footprint(
-    model: str, seq_len: int, micro_batch: int, dtype: str
-) -> ActivationFootprint:
-    import torch
-
-    from harness.models.llama import RMSNorm, TransformerBlock, rope_tables
-    from harness.models.shapes import get_shape
-
-    shape = get_shape(model)
-
-    def build(_dtype: Any) -> _Probed:
-        rope = rope_tables(shape.head_dim, seq_len, shape.rope_theta, torch.device("cpu"))
-        return _Probed(
-            block=TransformerBlock(shape),
-            norm=RMSNorm(shape.dim, shape.norm_eps),
-            output=torch.nn.Linear(shape.dim, shape.vocab_size, bias=False),
-            run_block=lambda block, x: block(x, rope),
-            inputs=[rope],
-        )
-
-    return _measure(build, model, shape, seq_len, micro_batch, dtype)
-
-
-def _hf_footprint(model: str, seq_len: int, micro_batch: int, dtype: str) -> ActivationFootprint:
-    """The Hugging Face model of `model` (a preset as LlamaConfig, or `hf:<config.json>`):
-    its own decoder layer, final norm and lm_head, with SDPA attention, as a job builds it."""
-    import copy
-
-    import torch
-
-    from harness.models.hf import ATTENTION, config_shape, hf_config, hf_parts
-
-    one_layer = copy.deepcopy(hf_config(model))
-    one_layer.num_hidden_layers = 1
-    shape = config_shape(model)
-
-    def build(torch_dtype: Any) -> _Probed:
-        from transformers import AutoModelForCausalLM
-
-        one_layer.use_cache = False
-        fake = AutoModelForCausalLM.from_config(one_layer, attn_implementation=ATTENTION)
-        _embed, layers, norm, head = hf_parts(fake)
-        rotary = fake.get_submodule("model.rotary_emb")
-        positions = torch.arange(seq_len).unsqueeze(0).expand(micro_batch, seq_len)
-        probe_x = torch.zeros((micro_batch, seq_len, shape.dim), dtype=torch_dtype)
-        cos, sin = rotary(probe_x, positions)
-
-        def run_block(block: Any, x: Any) -> Any:
-            out = block(x, position_ids=positions, position_embeddings=(cos, sin))
-            return out[0] if isinstance(out, tuple) else out  # transformers 4 returns a tuple
-
-        return _Probed(layers[0], norm, head, run_block, [positions, probe_x, cos, sin])
-
-    return _measure(build, model, shape, seq_len, micro_batch, dtype)
-
-
-# model_impl -> measure(model, tokens, dtype) for one micro-batch of `tokens` tokens.
-ACTIVATION_PROBES: dict[str, Callable[[str, int, str], ActivationFootprint]] = {
-    "native": lambda model, tokens, dtype: _native_footprint(model, tokens, 1, dtype),
-    "hf": lambda model, tokens, dtype: _hf_footprint(model, tokens, 1, dtype),
-}
 # Every activation of these models is a multiple of the tokens in the micro-batch (fused
 # attention keeps no seq x seq matrix), so one probe at this many tokens, scaled, gives
 # every sequence length and micro-batch exactly.
 PROBE_TOKENS = 48
-_CACHE_VERSION = 4
+_CACHE = DiskCache("activations", 5, [__file__])
 
 
 def activation_footprint(
@@ -296,57 +213,11 @@ def _scaled(f: ActivationFootprint, tokens: int, probe_tokens: int) -> Activatio
 def _probed(model: str, dtype: str, model_impl: str) -> ActivationFootprint:
     """One probe per (model, dtype, implementation), kept on disk between runs (keyed by
     the torch version and the source of the model and of this probe)."""
-    if model_impl not in ACTIVATION_PROBES:
-        raise ValueError(
-            f"model_impl={model_impl!r} has no activation probe; choose one of: "
-            f"{', '.join(ACTIVATION_PROBES)}"
-        )
-    key = f"{model_impl}/{model}/{dtype}/{PROBE_TOKENS}{_implementation_version(model_impl, model)}"
-    path = _cache_path()
-    cache = _read_cache(path)
-    if key in cache:
-        return _from_json(cache[key])
-    footprint = ACTIVATION_PROBES[model_impl](model, PROBE_TOKENS, dtype)
-    cache[key] = asdict(footprint)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home: measure again next time
-    return footprint
-
-
-def _implementation_version(model_impl: str, model: str) -> str:
-    """What else a cached hf probe depends on: the transformers release and the config."""
-    if model_impl != "hf":
-        return ""
-    import transformers
-
-    from harness.models.hf import config_path
-    from harness.models.shapes import is_hf_config
-
-    config = config_path(model).read_bytes() if is_hf_config(model) else b""
-    return f"/transformers {transformers.__version__}/{hashlib.sha256(config).hexdigest()[:12]}"
-
-
-def _cache_path() -> Path:
-    import torch
-
-    from harness.models import llama
-
-    sources = Path(llama.__file__).read_bytes() + Path(__file__).read_bytes()
-    digest = hashlib.sha256(sources + torch.__version__.encode()).hexdigest()[:16]
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return root / "yafsdp-bench" / f"activations-v{_CACHE_VERSION}-{digest}.json"
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    key = f"{model_impl}/{model}/{dtype}/{PROBE_TOKENS}{implementation_key(model_impl, model)}"
+    value = _CACHE.get_or_compute(
+        key, lambda: asdict(_measure(model, model_impl, PROBE_TOKENS, 1, dtype))
+    )
+    return _from_json(value)
 
 
 def _from_json(d: dict[str, Any]) -> ActivationFootprint:

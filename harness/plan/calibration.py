@@ -1,47 +1,133 @@
-"""What an earlier sweep measured, in place of the hardware profile's figures
-(`python -m harness.plan calibration=<sweep dir>`): bus bandwidth from the jobs' bandwidth
-probes, and the device memory they held outside the caching allocator."""
+"""Measured figures in place of the hardware profile's (`harness.plan calibration=<path>`).
+
+`<path>` is either a calibration file written by `python -m harness.bandwidth`, or a sweep
+directory whose jobs probed their own collectives (`probe_bandwidth=true`) and, on GPUs,
+recorded the device memory they held outside the caching allocator. From a file or a
+sweep, the planner takes the measured all-gather and reduce-scatter times (median over
+repeats) at each measured world size; from a sweep also the largest memory outside the
+allocator (a fit is decided on it, so the largest, not a typical one).
+"""
 
 from __future__ import annotations
 
 import json
-import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.plan.planner import Calibration
+from harness.plan.network import MeasuredPoint
+
+SCHEMA = "yafsdp-bench.calibration/1"
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 
 
-def calibration_from(sweep_dir: Path) -> Calibration:
-    """The median all-gather bus bandwidth of the largest messages the sweep's jobs probed,
-    over single-node jobs (intra-node) and multi-node ones (inter-node); and the most
-    device memory any of its GPU jobs held outside the allocator (a fit is decided on it,
-    so the largest, not a typical one)."""
-    if not sweep_dir.is_dir():
-        raise ValueError(f"calibration={sweep_dir} is not a directory; give a sweep directory")
-    intra: list[float] = []
-    inter: list[float] = []
+@dataclass(frozen=True)
+class MeasuredCollectives:
+    """One measurement run: its world, and each collective's times by message size."""
+
+    world_size: int
+    gpus_per_node: int
+    nodes: int
+    backend: str
+    points: dict[str, tuple[MeasuredPoint, ...]]
+    origin: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    collectives: tuple[MeasuredCollectives, ...] = ()
+    outside_allocator_bytes: int | None = None
+    source: str = ""
+    measured: tuple[str, ...] = field(default_factory=tuple)  # what it replaces, for the plan
+
+    def for_world(self, world_size: int) -> MeasuredCollectives | None:
+        """The run measured at this world size, else the largest one measured."""
+        if not self.collectives:
+            return None
+        exact = [c for c in self.collectives if c.world_size == world_size]
+        return exact[0] if exact else max(self.collectives, key=lambda c: c.world_size)
+
+
+def _points(rows: list[dict[str, Any]]) -> tuple[MeasuredPoint, ...]:
+    found = {int(r["bytes"]): float(r["seconds"]) for r in rows
+             if r.get("bytes") and r.get("seconds")}  # fmt: skip
+    return tuple(MeasuredPoint(b, t) for b, t in sorted(found.items()))
+
+
+def _run(data: dict[str, Any], origin: str) -> MeasuredCollectives | None:
+    points = {k: _points(data.get(k) or []) for k in KINDS}
+    points = {k: v for k, v in points.items() if v}
+    if not points or not data.get("world_size"):
+        return None
+    world = int(data["world_size"])
+    per_node = int(data.get("gpus_per_node") or world)
+    return MeasuredCollectives(
+        world_size=world,
+        gpus_per_node=per_node,
+        nodes=int(data.get("nodes") or max(1, -(-world // per_node))),
+        backend=str(data.get("backend", "")),
+        points=points,
+        origin=origin,
+    )
+
+
+def calibration_from(path: Path) -> Calibration:
+    if path.is_file():
+        return _from_file(path)
+    if not path.is_dir():
+        raise ValueError(
+            f"calibration={path} is neither a file nor a directory; give the file "
+            "`python -m harness.bandwidth -o <file>` wrote, or a sweep directory"
+        )
+    return _from_sweep(path)
+
+
+def _from_file(path: Path) -> Calibration:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"calibration={path} is not a readable JSON file: {e}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(
+            f"calibration={path} is not a calibration file (no schema {SCHEMA!r}); write one "
+            "with `python -m harness.bandwidth -o <file>`"
+        )
+    run = _run(data, str(path))
+    if run is None:
+        raise ValueError(f"calibration={path} holds no measured collective")
+    return Calibration(
+        collectives=(run,),
+        source=f"{path} ({run.world_size} ranks, {run.nodes} node(s), {run.backend}, "
+        f"measured {data.get('measured_at', '?')})",
+        measured=("collectives",),
+    )
+
+
+def _from_sweep(sweep_dir: Path) -> Calibration:
+    runs: dict[int, MeasuredCollectives] = {}
     outside: list[int] = []
     for path in sorted(sweep_dir.rglob("result.json")):
         metrics = _metrics(path)
         if metrics.get("device_memory_outside_allocator_bytes") is not None:
             outside.append(int(metrics["device_memory_outside_allocator_bytes"]))
         probe = metrics.get("bandwidth")
-        if not probe or not probe.get("all_gather"):
-            continue
-        largest = max(probe["all_gather"], key=lambda row: row["bytes"])
-        (inter if probe.get("nodes", 1) > 1 else intra).append(largest["bus_gbps"])
-    if not intra and not inter and not outside:
+        if isinstance(probe, dict):
+            run = _run(probe, str(path.parent))
+            if run is not None:
+                runs.setdefault(run.world_size, run)  # one job per world size suffices
+    if not runs and not outside:
         raise ValueError(
             f"calibration={sweep_dir} holds no bandwidth probe and no GPU memory figure; run "
-            "the sweep with probe_bandwidth=true (the sweeps' default) first"
+            "the sweep with probe_bandwidth=true (the sweeps' default), or measure with "
+            "`python -m harness.bandwidth`"
         )
+    measured = (("collectives",) if runs else ()) + (("overhead",) if outside else ())
     return Calibration(
-        intra_node_bus_gbps=statistics.median(intra) if intra else None,
-        inter_node_bus_gbps=statistics.median(inter) if inter else None,
+        collectives=tuple(runs[w] for w in sorted(runs)),
         outside_allocator_bytes=max(outside) if outside else None,
-        source=f"{len(intra) + len(inter)} probes, {len(outside)} GPU memory figures "
+        source=f"{len(runs)} probed world size(s), {len(outside)} GPU memory figures "
         f"in {sweep_dir}",
+        measured=measured,
     )
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
-from harness.plan.planner import Calibration, PlanRow, add_speedups, plan_row
+from harness.plan.calibration import Calibration
+from harness.plan.planner import PlanRow, add_speedups, plan_row
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2

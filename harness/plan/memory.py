@@ -187,12 +187,11 @@ def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
     return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
 
 
-@functools.lru_cache(maxsize=64)
-def yafsdp_buffers(
+def yafsdp_layout(
     model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
-) -> tuple[dict[str, int], int]:
-    """The yafsdp engine's own bytes by class and its master elements per rank, from its
-    layout and buffer plan code run on the meta device (no memory is allocated)."""
+):  # noqa: ANN201 (torch stays a lazy import)
+    """The yafsdp engine's layout and buffers for `model`, from its own layout and buffer
+    plan code run on the meta device (no memory is allocated)."""
     import torch
 
     from harness.engines.base import DTYPES
@@ -219,6 +218,15 @@ def yafsdp_buffers(
         reduce_dtype=DTYPES[reduce_dtype],
         native_reduce_scatter=native_reduce_scatter,
     )
+    return layout, buffers
+
+
+@functools.lru_cache(maxsize=64)
+def yafsdp_buffers(
+    model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
+) -> tuple[dict[str, int], int]:
+    """The yafsdp engine's own bytes by class and its master elements per rank."""
+    layout, buffers = yafsdp_layout(model, world_size, dtype, reduce_dtype, native_reduce_scatter)
     return buffers.bytes_by_class(), layout.master_numel + layout.resident.shard_numel
 
 

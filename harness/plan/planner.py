@@ -5,25 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config import JobConfig
+from harness.config import DeviceSpec, JobConfig
 from harness.models.shapes import shape_of
-from harness.plan.collectives import Network
+from harness.plan.calibration import Calibration
 from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory
-from harness.plan.timing import TimeCase, TimeEstimate, estimate_time
+from harness.plan.network import MeasuredNetwork, NcclRing
+from harness.plan.timing import (
+    CollectivePricer,
+    TimeCase,
+    TimeEstimate,
+    describe,
+    estimate_time,
+)
 
 GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What an earlier sweep measured, in place of the profile's figures (`calibration=`):
-    bus bandwidths (GB/s), and the device memory held outside the caching allocator (the
-    `overhead` class; 0 without a measurement)."""
-
-    intra_node_bus_gbps: float | None = None
-    inter_node_bus_gbps: float | None = None
-    outside_allocator_bytes: int | None = None
-    source: str = ""
 
 
 @dataclass
@@ -33,7 +28,9 @@ class PlanRow:
     fits: bool | None  # None: no device memory to check against
     min_ckpt_layers_to_fit: int | None  # None: does not fit even with every layer checkpointed
     time: TimeEstimate | None  # None: the hardware profile lacks the figures
+    constants: dict[str, dict[str, Any]] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
+    why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cfg
@@ -56,9 +53,14 @@ class PlanRow:
             "compute_s": t.compute_s if t else None,
             "exposed_comm_s": t.exposed_comm_s if t else None,
             "other_s": t.other_s if t else None,
+            "stall_s": t.stall_s if t else None,
+            "comm_s": t.comm_s if t else None,
             "tokens_per_s_per_device": t.tokens_per_s if t else None,
             "mfu": t.mfu if t else None,
+            **(describe(t) if t else {"breakdown": None, "mechanisms": None, "waits": None}),
             "speedup_vs": self.speedup or None,
+            "why": self.why or None,
+            "constants": self.constants or None,
         }
 
 
@@ -86,31 +88,49 @@ def _backend(cfg: JobConfig) -> str:
     return "gloo" if cfg.device == "cpu" else "nccl"
 
 
-def network(cfg: JobConfig, measured: Calibration | None = None) -> Network | None:
-    spec = cfg.device_spec
-    intra = (measured and measured.intra_node_bus_gbps) or spec.intra_node_bus_gbps
-    inter = (measured and measured.inter_node_bus_gbps) or spec.inter_node_bus_gbps
-    needs_inter = cfg.gpus > cfg.gpus_per_node
-    if not intra or (needs_inter and not inter):
+def network(cfg: JobConfig, measured: Calibration | None = None) -> CollectivePricer | None:
+    """Collectives priced from a calibration's measurement where there is one, else by
+    NCCL's ring model over the hardware profile's links; None where neither is known."""
+    net = cfg.device_spec.network
+    run = measured.for_world(cfg.gpus) if measured else None
+    if run is not None:
+        return MeasuredNetwork(
+            world_size=cfg.gpus,
+            gpus_per_node=cfg.gpus_per_node,
+            measured_world_size=run.world_size,
+            measured_nodes=run.nodes,
+            points=run.points,
+            node_decline_per_doubling=net.node_decline_per_doubling,
+            decline_from_nodes=net.decline_from_nodes,
+        )
+    if not net.known() or (cfg.gpus > cfg.gpus_per_node and not net.nics_per_node):
         return None
-    return Network(
+    return NcclRing(
         world_size=cfg.gpus,
         gpus_per_node=cfg.gpus_per_node,
-        intra_bus_gbps=intra,
-        inter_bus_gbps=inter or intra,
-        base_latency_us=spec.collective_base_latency_us,
-        intra_step_latency_us=spec.intra_node_step_latency_us,
-        inter_step_latency_us=spec.inter_node_step_latency_us,
-        reduce_scatter_is_all_reduce=_backend(cfg) == "gloo",
+        nvlink_channels=net.nvlink_channels,
+        nvlink_channel_gbps=net.nvlink_channel_gbps,
+        nics_per_node=net.nics_per_node,
+        nic_gbps=net.nic_gbps,
+        nic_efficiency=net.nic_efficiency,
+        node_decline_per_doubling=net.node_decline_per_doubling,
+        decline_from_nodes=net.decline_from_nodes,
+        base_latency_us=_three(net.base_latency_us),
+        nvlink_step_us=_three(net.nvlink_step_us),
+        net_step_us=_three(net.net_step_us),
+        net_overhead_us=net.net_overhead_us,
+        ll_max_gbps=_three(net.ll_max_gbps),
+        ll128_channel_gbps=net.ll128_channel_gbps,
     )
 
 
-def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEstimate | None:
-    spec = cfg.device_spec
-    net = network(cfg, measured)
-    if net is None or not spec.peak_tflops or not spec.compute_efficiency:
-        return None
-    case = TimeCase(
+def _three(values: list[float]) -> tuple[float, float, float]:
+    a, b, c = (float(v) for v in values)
+    return a, b, c
+
+
+def time_case(cfg: JobConfig) -> TimeCase:
+    return TimeCase(
         model=cfg.model,
         engine=cfg.engine.label,
         world_size=cfg.gpus,
@@ -120,14 +140,72 @@ def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEst
         grad_accum=cfg.grad_accum,
         dtype=cfg.dtype,
         reduce_dtype=cfg.engine.reduce_dtype,
+        model_impl=getattr(cfg, "model_impl", "native"),
     )
-    return estimate_time(
-        case,
-        net,
-        peak_flops=spec.peak_tflops * 1e12,
-        efficiency=spec.compute_efficiency,
-        memory_gbps=spec.memory_gbps,
-    )
+
+
+def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEstimate | None:
+    spec = cfg.device_spec
+    net = network(cfg, measured)
+    if net is None or not spec.knows_time():
+        return None
+    return estimate_time(time_case(cfg), spec, net)
+
+
+# The profile's figures each prediction uses; the network's are replaced by a calibration.
+COMPUTE_CONSTANTS = ("peak_tflops", "memory_gbps", "memory_efficiency", "kernel_floor_us",
+                     "gemm_efficiency", "gemm_tile", "sm_count", "attention_tflops",
+                     "launch_us", "hook_us", "nccl_sms")  # fmt: skip
+NETWORK_CONSTANTS = ("nvlink_channels", "nvlink_channel_gbps", "nics_per_node", "nic_gbps",
+                     "nic_efficiency", "node_decline_per_doubling", "base_latency_us",
+                     "nvlink_step_us", "net_step_us", "net_overhead_us", "ll_max_gbps")  # fmt: skip
+
+
+def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, dict[str, Any]]:
+    """Each figure the prediction rests on: its value and whether it was measured (and
+    where) or comes from a datasheet or publication (the profile's named source)."""
+    spec = cfg.device_spec
+    out: dict[str, dict[str, Any]] = {}
+
+    def source(key: str) -> str:
+        named = spec.sources.get(key) or spec.sources.get(f"network.{key}")
+        if named is None:  # sources name the first field of a group
+            named = _group_source(spec, key)
+        return f"datasheet/publication: {named}" if named else "no source named"
+
+    for key in COMPUTE_CONSTANTS:
+        out[key] = {"value": getattr(spec, key), "origin": source(key)}
+    run = measured.for_world(cfg.gpus) if measured else None
+    for key in NETWORK_CONSTANTS:
+        value = getattr(spec.network, key)
+        if run is not None:
+            origin = f"measured: {run.origin} ({run.world_size} ranks); replaced by its times"
+        else:
+            origin = source(key)
+        out[f"network.{key}"] = {"value": value, "origin": origin}
+    outside = measured.outside_allocator_bytes if measured else None
+    out["overhead_bytes"] = {
+        "value": outside or 0,
+        "origin": f"measured: {measured.source}" if outside is not None and measured
+        else "not measured: 0 (memory outside the caching allocator)",
+    }  # fmt: skip
+    return out
+
+
+# Fields whose source the profile gives once, under the first field of their group.
+_GROUPS = {
+    "gemm_tile": "gemm_tile",
+    "nvlink_channel_gbps": "network.nvlink_channels",
+    "nic_gbps": "network.nics_per_node",
+    "nvlink_step_us": "network.base_latency_us",
+    "net_step_us": "network.base_latency_us",
+    "attention_seq": "attention_tflops",
+}
+
+
+def _group_source(spec: DeviceSpec, key: str) -> str | None:
+    group = _GROUPS.get(key)
+    return spec.sources.get(group) if group else None
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
@@ -157,13 +235,19 @@ def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
         smallest = 0
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
-    return PlanRow(cfg, memory, fits, smallest, predict_time(cfg, measured))
+    time = predict_time(cfg, measured)
+    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {})
+
+
+def describe_row(t: TimeEstimate) -> dict[str, Any]:
+    return {"iteration_time_s": t.iteration_time_s, **describe(t)}
 
 
 def add_speedups(rows: list[PlanRow]) -> None:
     """On each yafsdp row, (T_baseline - T_yafsdp) / T_baseline for the baselines of the
     same point, as the README defines speedup."""
     from harness.engines.registry import BASELINES, YAFSDP
+    from harness.plan.explain import why_lines
 
     def point(r: PlanRow) -> tuple:
         c = r.cfg
@@ -177,3 +261,5 @@ def add_speedups(rows: list[PlanRow]) -> None:
             if label in BASELINES and point(other) == point(row) and other.time is not None:
                 base = other.time.iteration_time_s
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
+                row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
+                                           label)  # fmt: skip

@@ -1,27 +1,47 @@
-"""Predicted iteration time: compute, exposed communication and other work, per engine.
+"""Predicted iteration time of one job, term by term.
 
-Compute is the README's model FLOPs (6N' + 12 L d T per token) plus one more forward of
-every checkpointed block, at the device's peak times its achieved efficiency. Each
-collective is priced by the ring model (`collectives.py`). A two-stream simulation then
-follows each engine's schedule: a gather issued ahead of a unit's compute hides behind
-the compute before it; what the compute stream waits for is exposed. Memory-bound work
-(gradient casts into the reduce buffer, FSDP2's copy-out of gathered weights, the AdamW
-step) runs on the compute stream at the device's memory bandwidth: "other".
+The model's kernels are priced one by one (`kernels.py`, `compute.py`); each engine's
+program (`programs.py`, `yafsdp_program.py`) interleaves them with the engine's
+collectives, priced as NCCL runs them (`network.py`), and its own kernels; the simulator
+(`simulate.py`) runs the program on a host thread and the GPU's streams.
+
+Two views of the result:
+- `breakdown`: the compute stream's timeline, exactly: the time it is busy with the model's
+  kernels (`compute`), with each engine term's kernels and the optimizer, and the time it
+  sits idle, by what it waits for (an all-gather, a reduce-scatter, an all-reduce, the
+  host, a side stream). The parts sum to the iteration time.
+- `mechanisms`: each mechanism's own cost (`mechanisms.py`): the iteration time with it,
+  less the iteration time without it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from harness.config import DeviceSpec
 from harness.models.shapes import shape_of
-from harness.plan.activations import DTYPE_BYTES
-from harness.plan.collectives import Network
+from harness.plan.compute import ComputeModel
+from harness.plan.kernels import KernelCensus, kernel_census
+from harness.plan.mechanisms import applicable
+from harness.plan.probe import DTYPE_BYTES
+from harness.plan.programs import (
+    ModelCosts,
+    PartCost,
+    StepContext,
+    fsdp1_program,
+    fsdp2_program,
+    local_program,
+)
+from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, Timeline, simulate
 from harness.plan.units import fsdp1_units, fsdp2_units
 
-FP32 = 4
-# Bytes the fused AdamW step moves per sharded element: reads master, grad, both moments;
-# writes master and both moments (fp32 each).
-ADAMW_BYTES_PER_ELEMENT = 7 * FP32
+# Gaps in the compute stream shorter than this are not counted as a unit waiting.
+NOTABLE_WAIT_S = 1e-4
+
+
+class CollectivePricer(Protocol):
+    def time_s(self, kind: str, nbytes: float) -> float: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,144 +55,225 @@ class TimeCase:
     grad_accum: int = 1
     dtype: str = "bf16"
     reduce_dtype: str = "fp32"
+    model_impl: str = "native"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class TimeEstimate:
     iteration_time_s: float
-    compute_s: float
-    exposed_comm_s: float
-    other_s: float
-    comm_s: float  # all communication, hidden or not
+    compute_s: float  # the model's kernels on the compute stream
+    exposed_comm_s: float  # the compute stream waiting for collectives
+    other_s: float  # the engine's own kernels and the optimizer on the compute stream
+    stall_s: float  # the compute stream waiting for the host or a side stream
+    comm_s: float  # every collective's time, hidden or not
     tokens_per_s: float  # per device
     mfu: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+    mechanisms: dict[str, float] = field(default_factory=dict)
+    waits: dict[str, list[str]] = field(default_factory=dict)  # cause -> units that waited
 
 
-class _Streams:
-    """A compute stream and one communication stream (collectives of one process group
-    run one after another), advanced in program order."""
+def model_costs(
+    census: KernelCensus, compute: ComputeModel, n_layers: int, case: TimeCase
+) -> ModelCosts:
+    def part(*phases: str) -> PartCost:
+        times = [compute.phase(census, p, case.seq_len, case.micro_batch) for p in phases]
+        return PartCost(sum(t.seconds for t in times), sum(t.kernels for t in times))
 
-    def __init__(self) -> None:
-        self.compute_at = 0.0
-        self.comm_at = 0.0
-        self.done: dict[str, float] = {}
-        self.busy = {"compute": 0.0, "other": 0.0, "comm": 0.0}
+    block_fwd = part("block.forward")
+    plain_bwd = part("block.backward")
+    ckpt_bwd = part("block.forward", "block.backward")  # recomputed, then backward
+    forward = [part("embedding.forward"), *[block_fwd] * n_layers,
+               part("head.forward", "loss.forward")]  # fmt: skip
+    backward = [
+        part("embedding.backward"),
+        *[ckpt_bwd if i < case.ckpt_layers else plain_bwd for i in range(n_layers)],
+        part("loss.backward", "head.backward"),
+    ]
+    return ModelCosts(forward, backward)
 
-    def issue(self, name: str, seconds: float) -> None:
-        start = max(self.comm_at, self.compute_at)  # issued when the program reaches it
-        self.comm_at = start + seconds
-        self.done[name] = self.comm_at
-        self.busy["comm"] += seconds
 
-    def wait(self, name: str) -> None:
-        if name in self.done:
-            self.compute_at = max(self.compute_at, self.done.pop(name))
+@dataclass(frozen=True)
+class _Priced:
+    """What every program of one case shares: the model's costs and the prices."""
 
-    def run(self, seconds: float, kind: str = "compute") -> None:
-        self.compute_at += seconds
-        self.busy[kind] += seconds
+    costs: ModelCosts
+    compute: ComputeModel
 
-    def wait_all(self) -> None:
-        self.compute_at = max(self.compute_at, self.comm_at)
-        self.done.clear()
+
+def _priced(case: TimeCase, spec: DeviceSpec) -> _Priced:
+    shape = shape_of(case.model)
+    census = kernel_census(case.model, case.dtype, case.model_impl)
+    compute = ComputeModel(spec, DTYPE_BYTES[case.dtype])
+    return _Priced(model_costs(census, compute, shape.n_layers, case), compute)
+
+
+def build_program(
+    case: TimeCase,
+    spec: DeviceSpec,
+    network: CollectivePricer,
+    mechanisms: frozenset[str],
+    priced: _Priced | None = None,
+) -> list[Op]:
+    shape = shape_of(case.model)
+    priced = priced or _priced(case, spec)
+    costs = priced.costs
+    ctx = StepContext(
+        world_size=case.world_size,
+        grad_accum=case.grad_accum,
+        param_bytes=DTYPE_BYTES[case.dtype],
+        reduce_bytes=DTYPE_BYTES[case.reduce_dtype],
+        collective_s=_memoized(network.time_s),
+        memory_s=priced.compute.memory_s,
+        launch_s=spec.launch_us * 1e-6,
+        hook_s=spec.hook_us * 1e-6,
+        mechanisms=mechanisms,
+    )
+    p = case.world_size
+    if case.engine == "yafsdp":
+        from harness.plan.yafsdp_program import yafsdp_program
+
+        return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx)
+    if case.engine == "fsdp1":
+        u = fsdp1_units(shape, p)
+        sizes = [u.embedding, *[u.block] * shape.n_layers, u.output]
+        return fsdp1_program(costs, sizes, -(-shape.dim // p) * p, ctx)
+    if case.engine in ("fsdp2", "fsdp2_tuned"):
+        u = fsdp2_units(shape, p)
+        return fsdp2_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
+    if case.engine == "local":
+        return local_program(costs, shape.num_params(), ctx)
+    raise ValueError(f"engine={case.engine!r} has no time model")
+
+
+def _memoized(price: Any) -> Any:
+    cache: dict[tuple[str, float], float] = {}
+
+    def priced(kind: str, nbytes: float) -> float:
+        key = (kind, nbytes)
+        if key not in cache:
+            cache[key] = price(kind, nbytes)
+        return cache[key]
+
+    return priced
+
+
+def _simulate(
+    case: TimeCase,
+    spec: DeviceSpec,
+    network: CollectivePricer,
+    mechanisms: frozenset[str],
+    priced: _Priced | None = None,
+) -> tuple[list[Op], Timeline]:
+    program = build_program(case, spec, network, mechanisms, priced)
+    slowdown = 0.0
+    if "nccl_sm_contention" in mechanisms and spec.sm_count > spec.nccl_sms:
+        slowdown = spec.nccl_sms / (spec.sm_count - spec.nccl_sms)
+    sharing = "side_stream_sharing" in mechanisms
+    return program, simulate(program, overlap_slowdown=slowdown, side_sharing=sharing)
 
 
 def estimate_time(
-    case: TimeCase, net: Network, *, peak_flops: float, efficiency: float, memory_gbps: float
+    case: TimeCase,
+    spec: DeviceSpec,
+    network: CollectivePricer,
+    *,
+    mechanisms: frozenset[str] | None = None,
+    ablate: bool = True,
 ) -> TimeEstimate:
+    """The step's predicted time with `mechanisms` on (every one that applies by default),
+    and, with `ablate`, each one's own cost."""
+    on = frozenset(applicable(case.engine)) if mechanisms is None else mechanisms
+    priced = _priced(case, spec)
+    program, timeline = _simulate(case, spec, network, on, priced)
+    breakdown, waits = compute_stream_breakdown(program, timeline)
+    total = timeline.total
+    costs: dict[str, float] = {}
+    if ablate:
+        for m in sorted(on):
+            costs[m] = total - _simulate(case, spec, network, on - {m}, priced)[1].total
+    compute = breakdown.get("compute", 0.0) + breakdown.get("overlap slowdown", 0.0)
+    exposed = sum(v for k, v in breakdown.items() if k.startswith("exposed "))
+    stall = sum(v for k, v in breakdown.items() if k.startswith("waits for "))
+    other = total - compute - exposed - stall
     shape = shape_of(case.model)
-    tokens = case.micro_batch * case.seq_len
-    rate = peak_flops * efficiency
-    layer_fwd = tokens * (2 * shape.layer_params() + 4 * shape.dim * case.seq_len) / rate
-    head_fwd = tokens * 2 * shape.vocab_size * shape.dim / rate
-    p, r = DTYPE_BYTES[case.dtype], DTYPE_BYTES[case.reduce_dtype]
-    units = (fsdp2_units if case.engine.startswith("fsdp2") else fsdp1_units)(
-        shape, case.world_size
-    )
-    sizes = [units.embedding, *[units.block] * shape.n_layers, units.output]
-    fwd = [0.0, *[layer_fwd] * shape.n_layers, head_fwd]
-    bwd = [2 * f for f in fwd]
-    for k in range(1, 1 + case.ckpt_layers):
-        bwd[k] += layer_fwd  # recompute
-    n = len(sizes)
-    mem_bw = memory_gbps * 1e9
-
-    def gather(i: int) -> float:
-        return net.time_s("all_gather", sizes[i] * p)
-
-    def reduce(i: int) -> float:
-        return net.time_s("reduce_scatter", sizes[i] * r)
-
-    def cast_for_reduce(i: int) -> float:  # the gradient copied into the reduce dtype
-        return sizes[i] * (p + r) / mem_bw if mem_bw else 0.0
-
-    def copy_out(i: int) -> float:  # FSDP2 copies the gathered buffer into each parameter
-        return 2 * sizes[i] * p / mem_bw if mem_bw else 0.0
-
-    s = _Streams()
-    engine = case.engine
-    if engine == "local":  # whole model on every rank: compute, then one fp32 all-reduce
-        s.run(case.grad_accum * (sum(fwd) + sum(bwd)))
-        s.issue("ar", net.time_s("all_reduce", shape.num_params() * FP32))
-        s.wait_all()
-        s.run(shape.num_params() * ADAMW_BYTES_PER_ELEMENT / mem_bw if mem_bw else 0.0, "other")
-        return _estimate(s, case, tokens, shape.flops_per_token(case.seq_len), peak_flops)
-    fsdp2 = engine.startswith("fsdp2")
-    for _micro in range(case.grad_accum):
-        # forward: every engine gathers one unit ahead of the compute
-        s.issue("ag0", gather(0))
-        for i in range(n):
-            if i + 1 < n:
-                s.issue(f"ag{i + 1}", gather(i + 1))
-            s.wait(f"ag{i}")
-            if fsdp2:
-                s.run(copy_out(i), "other")
-            s.run(fwd[i])
-        # backward, last unit first
-        still_gathered = {n - 1, n - 2} if engine == "yafsdp" else ({n - 1} if fsdp2 else set())
-        if n - 1 not in still_gathered:
-            s.issue(f"bg{n - 1}", gather(n - 1))
-        pending: list[int] = []
-        for i in reversed(range(n)):
-            if i - 1 >= 0 and i - 1 not in still_gathered:
-                s.issue(f"bg{i - 1}", gather(i - 1))
-            if engine == "yafsdp":  # lazily: unit i+2's gradient buffer is needed now
-                for u in [u for u in pending if u == i + 2]:
-                    s.issue(f"rs{u}", reduce(u))
-                    pending.remove(u)
-            s.wait(f"bg{i}")
-            if fsdp2 and i not in still_gathered:
-                s.run(copy_out(i), "other")
-            s.run(bwd[i])
-            s.run(cast_for_reduce(i), "other")
-            if engine == "yafsdp":
-                pending.append(i)
-            else:
-                s.issue(f"rs{i}", reduce(i))
-        for u in sorted(pending, reverse=True):
-            s.issue(f"rs{u}", reduce(u))
-        s.wait_all()
-    s.issue("clip", net.time_s("all_reduce", 8))
-    s.wait_all()
-    shard = units.shard
-    s.run(shard * ADAMW_BYTES_PER_ELEMENT / mem_bw if mem_bw else 0.0, "other")
-    if engine == "yafsdp":  # the param-dtype copy of the master shards
-        s.run(shard * (FP32 + p) / mem_bw if mem_bw else 0.0, "other")
-    return _estimate(s, case, tokens, shape.flops_per_token(case.seq_len), peak_flops)
-
-
-def _estimate(
-    s: _Streams, case: TimeCase, tokens: int, flops_per_token: float, peak_flops: float
-) -> TimeEstimate:
-    total = s.compute_at
-    compute, other = s.busy["compute"], s.busy["other"]
-    tokens_step = tokens * case.grad_accum
+    tokens = case.micro_batch * case.seq_len * case.grad_accum
     return TimeEstimate(
         iteration_time_s=total,
         compute_s=compute,
-        exposed_comm_s=total - compute - other,
+        exposed_comm_s=exposed,
         other_s=other,
-        comm_s=s.busy["comm"],
-        tokens_per_s=tokens_step / total,
-        mfu=tokens_step / total * flops_per_token / peak_flops,
+        stall_s=stall,
+        comm_s=sum(op.seconds for op in program if op.stream == COMM),
+        tokens_per_s=tokens / total,
+        mfu=tokens / total * shape.flops_per_token(case.seq_len) / (spec.peak_tflops * 1e12),
+        breakdown=breakdown,
+        mechanisms=costs,
+        waits=waits,
     )
+
+
+def compute_stream_breakdown(
+    program: list[Op], timeline: Timeline
+) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """The compute stream's timeline, busy by term and idle by cause; parts sum to the
+    iteration time. Also the units whose compute waited notably, by cause."""
+    by_name = {op.name: op for op in program}
+    parts: dict[str, float] = {}
+    waits: dict[str, list[str]] = {}
+
+    def add(key: str, seconds: float) -> None:
+        if seconds > 0:
+            parts[key] = parts.get(key, 0.0) + seconds
+
+    previous_end = 0.0
+    for op in program:
+        if op.stream != COMPUTE:
+            continue
+        start, end = timeline.start[op.name], timeline.end[op.name]
+        gap = start - previous_end
+        if gap > 0:
+            cause = _cause(op, timeline, by_name)
+            add(cause, gap)
+            if gap > NOTABLE_WAIT_S and op.unit:
+                waits.setdefault(cause, []).append(op.unit)
+        busy = end - start
+        if busy > op.seconds:  # slowed by overlapping collectives or side-stream kernels
+            add("overlap slowdown", busy - op.seconds)
+            busy = op.seconds
+        add(op.term, busy)
+        previous_end = max(previous_end, end)
+    tail = timeline.total - previous_end  # the step ends when every stream has
+    if tail > 0:
+        last = max((op for op in program if op.stream != COMPUTE),
+                   key=lambda o: timeline.end[o.name], default=None)  # fmt: skip
+        add(_label(last) if last is not None else "waits for the host", tail)
+    return parts, waits
+
+
+def _label(op: Op) -> str:
+    if op.stream == COMM:
+        return f"exposed {op.kind or 'collective'}"
+    if op.stream == SIDE:
+        return "waits for the side stream"
+    return "waits for the host"
+
+
+def _cause(op: Op, timeline: Timeline, by_name: dict[str, Op]) -> str:
+    """What held a compute-stream op back: the latest of its waits, or the host."""
+    latest, cause = timeline.issued[op.name], "waits for the host"
+    for w in op.waits:
+        if timeline.end[w] > latest:
+            latest, cause = timeline.end[w], _label(by_name[w])
+            if by_name[w].stream == COMPUTE:  # an event that itself waited: follow it
+                cause = _cause(by_name[w], timeline, by_name)
+    return cause
+
+
+def describe(estimate: TimeEstimate) -> dict[str, Any]:
+    """The JSON form of the terms (for result.json's prediction and the plan's rows)."""
+    return {
+        "breakdown": {k: round(v, 6) for k, v in estimate.breakdown.items()},
+        "mechanisms": {k: round(v, 6) for k, v in estimate.mechanisms.items()},
+        "waits": {k: len(v) for k, v in estimate.waits.items()},
+    }

@@ -38,8 +38,9 @@ def test_the_published_preset_expands_to_16_points_times_3_engines(capsys) -> No
         parts = sum(row["memory_bytes_by_class"].values())
         assert parts == row["peak_memory_bytes"]
         assert row["iteration_time_s"] == pytest.approx(
-            row["compute_s"] + row["exposed_comm_s"] + row["other_s"]
+            row["compute_s"] + row["exposed_comm_s"] + row["other_s"] + row["stall_s"]
         )
+        assert sum(row["breakdown"].values()) == pytest.approx(row["iteration_time_s"], abs=1e-4)
     yafsdp = [r for r in rows if r["engine"] == "yafsdp"]
     assert all(set(r["speedup_vs"]) == {"fsdp1", "fsdp2"} for r in yafsdp)
 
@@ -90,11 +91,11 @@ def test_calibration_replaces_the_profile_bandwidth(capsys, tmp_path) -> None:
     point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
     (datasheet,) = _json_rows(capsys, *point)
     (measured,) = _json_rows(capsys, f"calibration={tmp_path / 'sweep'}", *point)
-    assert measured["compute_s"] == datasheet["compute_s"]
+    assert measured["breakdown"]["compute"] == datasheet["breakdown"]["compute"]
     # a tenth of the datasheet's NVLink bandwidth: more communication left exposed
     assert measured["exposed_comm_s"] > datasheet["exposed_comm_s"]
     assert main([f"calibration={tmp_path}/none", *point]) == 2
-    assert "is not a directory" in capsys.readouterr().err
+    assert "is neither a file nor a directory" in capsys.readouterr().err
 
 
 def test_calibration_adds_the_measured_memory_outside_the_allocator(capsys, tmp_path) -> None:

@@ -1,0 +1,95 @@
+"""The mechanisms that can make one engine's step longer than another's.
+
+Each is one switch of the planner's programs (`programs.py`, `yafsdp_program.py`) or of the
+simulator; each comes from the engine's own code or from first principles, and each
+appears as its own term of a prediction: the step's time with it on, less the step's time
+with it off. `harness.plan` lists them, and the README says where each comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALL_ENGINES = ("yafsdp", "fsdp1", "fsdp2", "fsdp2_tuned", "local")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    name: str
+    engines: tuple[str, ...]
+    what: str  # one line, for the explanation
+    source: str
+
+
+MECHANISMS: dict[str, Mechanism] = {
+    m.name: m
+    for m in (
+        Mechanism(
+            "rate_limiter",
+            ("fsdp1",),
+            "FSDP1's rate limiter (limit_all_gathers) blocks the host before a gather "
+            "while two freed units' events are pending",
+            "torch/distributed/fsdp/_limiter_utils.py _FreeEventQueue (2 in flight), "
+            "_runtime_utils._unshard: event.synchronize()",
+        ),
+        Mechanism(
+            "fsdp1_flat_grad",
+            ("fsdp1",),
+            "FSDP1 concatenates each unit's parameter gradients into its flat gradient "
+            "on the compute stream (use_orig_params=False)",
+            "torch/distributed/fsdp/_flat_param.py: parameters are views of the flat "
+            "parameter; autograd's backward of the split writes the flat gradient",
+        ),
+        Mechanism(
+            "fsdp1_grad_upcast",
+            ("fsdp1",),
+            "FSDP1 upcasts each unit's gradient to fp32 and pre-divides it on the "
+            "post-backward stream before its reduce-scatter, then post-divides the shard",
+            "torch/distributed/fsdp/_runtime_utils.py _post_backward_hook, _reduce_grad, "
+            "_div_if_needed, _get_gradient_predivide_factor",
+        ),
+        Mechanism(
+            "fsdp2_copy_in_out",
+            ("fsdp2", "fsdp2_tuned"),
+            "FSDP2 copies each gathered unit out into its parameters and each unit's "
+            "gradients into the reduce-scatter input, on the compute stream",
+            "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py "
+            "foreach_all_gather_copy_out (split_with_sizes_copy), foreach_reduce "
+            "(chunk_cat)",
+        ),
+        Mechanism(
+            "yafsdp_buffers",
+            ("yafsdp",),
+            "yafsdp zeroes each unit's gradient buffer, accumulates autograd's gradients "
+            "into it in place and copies it into the fp32 staging, on the compute stream",
+            "yafsdp_impl/schedule.py pre_backward, _reduce_scatter; yafsdp_impl/buffers.py "
+            "bind_views (.grad preset to the buffer)",
+        ),
+        Mechanism(
+            "launch_overhead",
+            ALL_ENGINES,
+            "the host launches every kernel and runs every engine hook; where it falls "
+            "behind the GPU, the GPU waits",
+            "hardware profile: launch_us, hook_us",
+        ),
+        Mechanism(
+            "side_stream_sharing",
+            ALL_ENGINES,
+            "memory-bound kernels on a side stream (FSDP1's gradient upcasts, FSDP2's "
+            "gather copy-in) share the SMs and memory bandwidth of the compute they overlap",
+            "work conservation: both streams run on the same SMs and HBM; NVIDIA/nccl "
+            "issue 1428 shows overlapped kernels slowing",
+        ),
+        Mechanism(
+            "nccl_sm_contention",
+            ALL_ENGINES,
+            "NCCL's kernels hold SMs while a collective runs, so compute that overlaps "
+            "one runs slower",
+            "hardware profile: nccl_sms of sm_count (NVIDIA/nccl issue 689)",
+        ),
+    )
+}
+
+
+def applicable(engine: str) -> list[str]:
+    return [name for name, m in MECHANISMS.items() if engine in m.engines]
