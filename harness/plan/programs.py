@@ -140,7 +140,7 @@ class Program:
     ) -> str:  # fmt: skip
         host = kernels * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
         return self.add(stream, self.ctx.memory_s(nbytes), term, label=label, unit=unit,
-                        waits=waits, host_s=host)  # fmt: skip
+                        waits=waits, host_s=host, nbytes=int(nbytes))  # fmt: skip
 
     def collective(
         self, kind: str, nbytes: float, unit: str, *, waits: tuple = (), host_waits: tuple = ()
@@ -175,6 +175,10 @@ def optimizer_step(prog: Program, shard_elements: int, unit: str = "shards") -> 
     """Clipping's scale of the sharded gradients and the fused AdamW step, on the compute
     stream after the reductions."""
     prog.memory(2 * FP32 * shard_elements, "optimizer", "clip.scale", unit=unit)
+    adamw_step(prog, shard_elements, unit)
+
+
+def adamw_step(prog: Program, shard_elements: int, unit: str = "shards") -> None:
     prog.memory(ADAMW_BYTES * shard_elements, "optimizer", "adamw", unit=unit)
 
 
@@ -182,31 +186,55 @@ def optimizer_step(prog: Program, shard_elements: int, unit: str = "shards") -> 
 
 
 def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepContext) -> list[Op]:
-    """`sizes`: each part's flat parameter (padded), `root`: the root's (the final norm)."""
+    """`sizes`: each part's flat parameter (padded), `root`: the root's (the final norm).
+
+    The rate limiter's queue carries over from one step to the next: the program starts
+    with as many (long completed) free events queued as a steady-state step leaves."""
+    leftover = 0
+    for _ in range(8):  # the queue's length settles within a few steps
+        after = len(_fsdp1_step(Program(ctx), costs, sizes, root, deque([None] * leftover)))
+        if after == leftover:
+            break
+        leftover = after
     prog = Program(ctx)
+    _fsdp1_step(prog, costs, sizes, root, deque([None] * leftover))
+    return prog.ops
+
+
+def _fsdp1_step(
+    prog: Program, costs: ModelCosts, sizes: list[int], root: int,
+    free_events: deque[str | None],
+) -> deque[str | None]:  # fmt: skip
+    """One step of FSDP1 onto `prog`; returns the rate limiter's queue as the step leaves
+    it (`free_events`: the free events recorded and not yet waited for)."""
+    ctx = prog.ctx
     p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
     names = part_names(len(sizes) - 2)
     n = len(sizes)
-    free_events: deque[str] = deque()  # the rate limiter's queue
     gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
 
-    def unshard(i: int) -> None:
-        size = root if i < 0 else sizes[i]
+    def unshard(i: int, *, gather: bool = True) -> None:
+        """`_unshard`: the rate limiter's check, then the gather (none for a unit still
+        gathered, as the root is in backward)."""
         unit = "root" if i < 0 else names[i]
-        waits_host: tuple = ()
-        if ctx.on("rate_limiter") and len(free_events) >= 2:
-            waits_host = (free_events.popleft(),)
+        if ctx.on("rate_limiter"):
+            waits_host = (free_events.popleft(),) if len(free_events) >= 2 else ()
+            label = f"limiter.{unit}" + (".waits" if waits_host else "")
+            prog.add(COMPUTE, 0.0, "rate_limiter", label=label, unit=unit,
+                     host_waits=waits_host)  # fmt: skip
+        if not gather:
+            return
+        size = root if i < 0 else sizes[i]
         # pre-unshard: the fp32 shard cast to the param dtype (on its own stream)
         cast = prog.memory((FP32 + p) * size // world, "fsdp1_shard_cast",
                            f"shard_cast.{unit}", stream=SIDE, unit=unit)  # fmt: skip
-        gathered[i] = prog.collective("all_gather", size * p, unit, waits=(cast,),
-                                      host_waits=waits_host)  # fmt: skip
+        gathered[i] = prog.collective("all_gather", size * p, unit, waits=(cast,))
 
-    def free(i: int) -> None:
-        free_events.append(prog.marker(COMPUTE, f"free.{names[i]}"))
+    def free(unit: str) -> None:
+        free_events.append(prog.marker(COMPUTE, f"free.{unit}"))
 
     def reduce(i: int) -> None:
-        unit, size = names[i], sizes[i]
+        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
         after = prog.marker(COMPUTE, f"grads_done.{unit}")
         waits: tuple = (after,)
         if ctx.on("fsdp1_grad_upcast"):  # post-backward stream: to fp32, then pre-divide
@@ -221,11 +249,11 @@ def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepConte
                         stream=SIDE, unit=unit, waits=(rs,), kernels=2)  # fmt: skip
 
     def post_backward(i: int) -> None:
+        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
         if ctx.on("fsdp1_flat_grad"):  # per-parameter grads concatenated into the flat one
-            prog.memory(2 * p * sizes[i], "fsdp1_flat_grad", f"flat_grad.{names[i]}",
-                        unit=names[i])  # fmt: skip
-        prog.hook("post_backward", names[i])
-        free(i)
+            prog.memory(2 * p * size, "fsdp1_flat_grad", f"flat_grad.{unit}", unit=unit)
+        prog.hook("post_backward", unit)
+        free(unit)
         reduce(i)
 
     for _micro in range(ctx.grad_accum):
@@ -239,8 +267,8 @@ def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepConte
                 unshard(i + 1)
             prog.compute(costs.forward[i], f"forward.{names[i]}", names[i],
                          waits=(gathered.pop(i),))  # fmt: skip
-            free(i)
-        gathered.pop(-1, None)
+            free(names[i])
+        gathered.pop(-1, None)  # the root stays gathered until the end of backward
         pending: list[int] = []  # parts whose gradient hook has not fired yet
         for i in reversed(range(n)):
             prog.hook("pre_backward", names[i])
@@ -248,6 +276,8 @@ def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepConte
                 unshard(i)
             if i - 1 >= 0:
                 unshard(i - 1)  # BACKWARD_PRE
+            if i == n - 1:
+                unshard(-1, gather=False)  # the root's pre-backward
             prog.compute(costs.backward[i], f"backward.{names[i]}", names[i],
                          waits=(gathered.pop(i),))  # fmt: skip
             for j in pending:  # the previous part's hook fires after this part's kernels
@@ -255,14 +285,12 @@ def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepConte
             pending = [i]
         for j in pending:
             post_backward(j)
-        # the root's gradients (final norm): reduced last
-        prog.collective("reduce_scatter", root * r, "root",
-                        waits=(prog.marker(COMPUTE, "grads_done.root"),))  # fmt: skip
+        post_backward(-1)  # the root's (final norm): freed, then reduced last
         prog.add(COMPUTE, 0.0, "event", label="wait_post_backward",
                  waits=(prog.last(SIDE), prog.last(COMM)))  # fmt: skip
     shard = (sum(sizes) + root) // world
     clip_and_step(prog, shard)
-    return prog.ops
+    return free_events
 
 
 def clip_and_step(prog: Program, shard: int) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from harness.plan.programs import ModelCosts, Program, StepContext, optimizer_step, part_names
+from harness.plan.programs import ModelCosts, Program, StepContext, adamw_step, part_names
 from harness.plan.simulate import COMPUTE, Op
 
 TERM = "yafsdp_buffers"
@@ -123,6 +123,7 @@ def skeleton(
                 events.append(("backward", i))
                 events.append(("accumulate", layout.units[i].padded_numel, i))
             ends.pop()()  # autograd's final callback: the end of backward
+        events.append(("clip",))  # the engine's clipping: its kernels are the optimizer's
         schedule.clip_grad_norm_(1.0)
     units = iter(unit for op, unit in schedule.log if op in COLLECTIVES)
     named = [(*e, next(units)) if e[0] == "collective" else e for e in events]
@@ -151,6 +152,7 @@ def yafsdp_program(
             prog.add(COMPUTE, 0.0, "event", label="wait", waits=waits())
 
     buffers_on = ctx.on(TERM)
+    clipping = False
     for event in events:
         kind = event[0]
         if kind == "collective":
@@ -160,8 +162,12 @@ def yafsdp_program(
             waiting.append(collectives[event[1]])
         elif kind == "memory":
             flush()
-            if buffers_on:
+            if clipping:
+                prog.memory(event[1], "optimizer", f"clip.{event[2]}", unit="shards")
+            elif buffers_on:
                 prog.memory(event[1], TERM, event[2], unit="engine")
+        elif kind == "clip":
+            clipping = True
         elif kind == "hook":
             prog.hook(event[1], names[event[2]])
         elif kind in ("forward", "backward"):
@@ -174,5 +180,5 @@ def yafsdp_program(
                             unit=names[event[2]])  # fmt: skip
         elif kind == "optimizer":
             flush()
-            optimizer_step(prog, event[1])
+            adamw_step(prog, event[1])
     return prog.ops
