@@ -101,6 +101,7 @@ def measure(
         for nbytes in kind_sizes:
             numel = max(p, nbytes // item // p * p)
             full = torch.empty(numel, dtype=dtype, device=device)
+            run: Callable[[], Any]
             if kind == "all_gather":
                 shard = torch.empty(numel // p, dtype=dtype, device=device)
                 run = functools.partial(collectives.all_gather, full, shard, group, False)
@@ -162,16 +163,24 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--ranks", type=int, default=0,
                     help="ranks to start when not under torchrun/srun (default: every local "
                     "GPU, or 2 CPU ranks)")  # fmt: skip
-    ap.add_argument("--gpus-per-node", type=int, default=0,
-                    help="ranks per node (default: LOCAL_WORLD_SIZE or the ranks here)")
+    ap.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=0,
+        help="ranks per node (default: LOCAL_WORLD_SIZE or the ranks here)",
+    )
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="all-gather dtype")
     ap.add_argument("--reduce-dtype", default="fp32", choices=sorted(DTYPES),
                     help="reduce-scatter dtype")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=0,
                     help=f"timed repeats per size (default {GPU_REPEATS} on GPU, "
                     f"{CPU_REPEATS} on CPU)")  # fmt: skip
-    ap.add_argument("--max-mib", type=float, default=0,
-                    help="largest message in MiB (default: 1024 on GPU, 64 on CPU)")
+    ap.add_argument(
+        "--max-mib",
+        type=float,
+        default=0,
+        help="largest message in MiB (default: 1024 on GPU, 64 on CPU)",
+    )
     ap.add_argument("--cpu", action="store_true", help="CPU ranks with gloo even where GPUs exist")
     return ap
 
@@ -211,7 +220,7 @@ def _rank_main(args: argparse.Namespace) -> dict[str, Any] | None:
     backend = "nccl" if gpu else "gloo"
     dist.init_process_group(backend, device_id=device if gpu else None)
     try:
-        sizes = GPU_SIZES if gpu else CPU_SIZES
+        sizes: tuple[int, ...] = GPU_SIZES if gpu else CPU_SIZES
         if args.max_mib:
             sizes = tuple(s for s in sizes if s <= args.max_mib * MIB) or (sizes[0],)
         repeats = args.repeats or (GPU_REPEATS if gpu else CPU_REPEATS)
@@ -224,7 +233,7 @@ def _rank_main(args: argparse.Namespace) -> dict[str, Any] | None:
         per_node = args.gpus_per_node or local_world
         return {
             "schema": SCHEMA,
-            "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **_where(per_node),
             "hosts": sorted(set(hosts)),
             "device": torch.cuda.get_device_name(device) if gpu else "cpu",

@@ -275,7 +275,8 @@ def _predicted(cfg: JobConfig, device: torch.device) -> dict[str, Any] | None:
     except Exception as e:  # a prediction must never cost a measurement
         return {"error": f"{type(e).__name__}: {e}"}
     keep = ("peak_memory_bytes", "memory_bytes_by_class", "fits", "iteration_time_s",
-            "compute_s", "exposed_comm_s", "other_s", "tokens_per_s_per_device", "mfu")  # fmt: skip
+            "compute_s", "exposed_comm_s", "other_s", "stall_s", "comm_s",
+            "tokens_per_s_per_device", "mfu", "breakdown", "mechanisms", "waits")  # fmt: skip
     return {k: row[k] for k in keep}
 
 

@@ -150,6 +150,7 @@ COLUMNS = (
     ("compute", lambda r: _s(r["compute_s"])),
     ("exp.comm", lambda r: _s(r["exposed_comm_s"])),
     ("other", lambda r: _s(r["other_s"])),
+    ("stall", lambda r: _s(r["stall_s"])),
     (
         "tok/s",
         lambda r: (
@@ -171,6 +172,35 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def format_why(rows: list[dict[str, Any]]) -> str:
+    """For each yafsdp row, the lines saying why each baseline's step differs."""
+    out = []
+    for r in rows:
+        for lines in (r.get("why") or {}).values():
+            out.append(f"{r['model']} gpus={r['gpus']} seq={r['seq_len']} ckpt={r['ckpt_layers']}: "
+                       + lines[0])  # fmt: skip
+            out.extend(f"  {line}" for line in lines[1:])
+    return "\n".join(out)
+
+
+def format_constants(rows: list[dict[str, Any]], origin_only: bool = False) -> str:
+    """Each figure the predictions rest on, once per hardware profile: its value, and
+    whether it was measured or comes from a datasheet or publication."""
+    out, seen = [], set()
+    for r in rows:
+        constants = r.get("constants")
+        if not constants:
+            continue
+        key = json.dumps(constants, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f"constants for {r['model']} on {r['gpus']} GPUs and the profiles like it:")
+        for name, c in constants.items():
+            out.append(f"  {name} = {c['value']}  [{c['origin']}]")
+    return "\n".join(out)
 
 
 def plan(overrides: list[str], measured: Calibration | None = None) -> list[PlanRow]:
@@ -208,6 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(dicts, indent=1))
     else:
         print(format_table(dicts))
+        why = format_why(dicts)
+        if why:
+            print("\nwhy each baseline's predicted step differs from yafsdp's (term by term):")
+            print(why)
+        constants = format_constants(dicts)
+        if constants:
+            print()
+            print(constants)
         if measured is not None:
             print(f"calibration: measured figures from {measured.source}")
     return 0

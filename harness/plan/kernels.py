@@ -210,7 +210,7 @@ def kernel_census(model: str, dtype: str, model_impl: str = "native") -> KernelC
                 op=op,
                 kind=kind,
                 probe=(tuple(figures[0]), tuple(figures[1])),
-                attention=None if attention is None else tuple(attention),  # type: ignore[arg-type]
+                attention=None if attention is None else tuple(attention),
             )
             for op, kind, figures, attention in records
         )

@@ -51,8 +51,15 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 13B | 2 | no | 2162 | 61.1% |",
         setting="FSDP2 only, 64 A100-80GB, local batch 2, seq 4096, no AC, bf16/fp32 reduce, "
         "no compile",
-        overrides=("hardware=a100_80gb", "model=llama2_13b", "engine=fsdp2", "gpus=64",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=0"),  # fmt: skip
+        overrides=(
+            "hardware=a100_80gb",
+            "model=llama2_13b",
+            "engine=fsdp2",
+            "gpus=64",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=0",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=2162,
         tokens_per_step=2 * 4096,
         assumed=_TORCHTITAN_NET,
@@ -63,8 +70,15 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 70B | 2 | full | 353 | 50.5% |",
         setting="FSDP2 only, 64 A100-80GB, local batch 2, seq 4096, full AC, bf16/fp32 "
         "reduce, no compile",
-        overrides=("hardware=a100_80gb", "model=llama2_70b", "engine=fsdp2", "gpus=64",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=80"),  # fmt: skip
+        overrides=(
+            "hardware=a100_80gb",
+            "model=llama2_70b",
+            "engine=fsdp2",
+            "gpus=64",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=80",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=353,
         tokens_per_step=2 * 4096,
         assumed=_TORCHTITAN_NET,
@@ -75,8 +89,15 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 70B | 1 | full | 331 | 51.7% |",
         setting="FSDP2 only, 64 A100-80GB, local batch 1, seq 8192, full AC, bf16/fp32 "
         "reduce, no compile",
-        overrides=("hardware=a100_80gb", "model=llama3_70b", "engine=fsdp2", "gpus=64",
-                   "micro_batch=1", "seq_len=8192", "ckpt_layers=80"),  # fmt: skip
+        overrides=(
+            "hardware=a100_80gb",
+            "model=llama3_70b",
+            "engine=fsdp2",
+            "gpus=64",
+            "micro_batch=1",
+            "seq_len=8192",
+            "ckpt_layers=80",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=331,
         tokens_per_step=8192,
         assumed=_TORCHTITAN_NET,
@@ -87,10 +108,18 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 34b | FSDP | Full AC | 2 | 700 | 1550 |",
         setting="FSDP1 FULL_SHARD, 128 A100-80GB, 400 Gbps inter-node, local batch 2, seq "
         "4096, full AC, bf16 reduce, no compile",
-        overrides=("hardware=a100_80gb", "model=llama2_34b", "engine=fsdp1", "gpus=128",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=48",
-                   "engine.reduce_dtype=bf16", "device_spec.network.nics_per_node=4",
-                   "device_spec.network.nic_gbps=100"),  # fmt: skip
+        overrides=(
+            "hardware=a100_80gb",
+            "model=llama2_34b",
+            "engine=fsdp1",
+            "gpus=128",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=48",
+            "engine.reduce_dtype=bf16",
+            "device_spec.network.nics_per_node=4",
+            "device_spec.network.nic_gbps=100",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=700,
         tokens_per_step=2 * 4096,
         assumed=_FMS_DIFF,
@@ -101,10 +130,18 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 70b | FSDP | Full AC | 2 | 370 | 800 |",
         setting="FSDP1 FULL_SHARD, 128 A100-80GB, 400 Gbps inter-node, local batch 2, seq "
         "4096, full AC, bf16 reduce, no compile",
-        overrides=("hardware=a100_80gb", "model=llama2_70b", "engine=fsdp1", "gpus=128",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=80",
-                   "engine.reduce_dtype=bf16", "device_spec.network.nics_per_node=4",
-                   "device_spec.network.nic_gbps=100"),  # fmt: skip
+        overrides=(
+            "hardware=a100_80gb",
+            "model=llama2_70b",
+            "engine=fsdp1",
+            "gpus=128",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=80",
+            "engine.reduce_dtype=bf16",
+            "device_spec.network.nics_per_node=4",
+            "device_spec.network.nic_gbps=100",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=370,
         tokens_per_step=2 * 4096,
         assumed=_FMS_DIFF,
@@ -115,10 +152,18 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 34b | FSDP | Full AC | 2 | 700 | 1550 |",
         setting="FSDP1 FULL_SHARD, 96 H100-80GB, 800 Gbps inter-node, local batch 2, seq "
         "4096, full AC, bf16 reduce, no compile",
-        overrides=("hardware=h100_80gb", "model=llama2_34b", "engine=fsdp1", "gpus=96",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=48",
-                   "engine.reduce_dtype=bf16", "device_spec.network.nics_per_node=8",
-                   "device_spec.network.nic_gbps=100"),  # fmt: skip
+        overrides=(
+            "hardware=h100_80gb",
+            "model=llama2_34b",
+            "engine=fsdp1",
+            "gpus=96",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=48",
+            "engine.reduce_dtype=bf16",
+            "device_spec.network.nics_per_node=8",
+            "device_spec.network.nic_gbps=100",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=1550,
         tokens_per_step=2 * 4096,
         assumed=_FMS_DIFF + "; the torch.compile blog places the H100 runs on another "
@@ -130,10 +175,18 @@ RUNS: tuple[PublicRun, ...] = (
         quote="| 70b | FSDP | Full AC | 2 | 370 | 800 |",
         setting="FSDP1 FULL_SHARD, 96 H100-80GB, 800 Gbps inter-node, local batch 2, seq "
         "4096, full AC, bf16 reduce, no compile",
-        overrides=("hardware=h100_80gb", "model=llama2_70b", "engine=fsdp1", "gpus=96",
-                   "micro_batch=2", "seq_len=4096", "ckpt_layers=80",
-                   "engine.reduce_dtype=bf16", "device_spec.network.nics_per_node=8",
-                   "device_spec.network.nic_gbps=100"),  # fmt: skip
+        overrides=(
+            "hardware=h100_80gb",
+            "model=llama2_70b",
+            "engine=fsdp1",
+            "gpus=96",
+            "micro_batch=2",
+            "seq_len=4096",
+            "ckpt_layers=80",
+            "engine.reduce_dtype=bf16",
+            "device_spec.network.nics_per_node=8",
+            "device_spec.network.nic_gbps=100",
+        ),  # fmt: skip
         tokens_per_s_per_gpu=800,
         tokens_per_step=2 * 4096,
         assumed=_FMS_DIFF + "; the torch.compile blog places the H100 runs on another "

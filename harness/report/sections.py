@@ -27,6 +27,7 @@ from harness.report.compare import (
     select_runs,
     sort_jobs,
     speedups,
+    value,
 )
 from harness.report.engine_setup import engine_setup_table
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
@@ -206,7 +207,45 @@ def published_tables(r: ReportJobs, pictures: Pictures) -> list[str]:
             link = pictures.speedup.get((baseline, setting))
             if link:
                 blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
+            blocks += why_block(rows, baseline)
     return blocks
+
+
+def why_block(rows: list[Speedup], baseline: str) -> list[str]:
+    """Beside the measured speedups, the planner's: by how much and why, term by term
+    (the lines `python -m harness.plan` prints, from each job's recorded prediction)."""
+    from harness.plan.explain import why_lines
+
+    explained = []
+    for row in rows:
+        if row.yafsdp is None or row.baseline is None:
+            continue
+        mine, theirs = predicted_terms(row.yafsdp), predicted_terms(row.baseline)
+        if mine is None or theirs is None:
+            continue
+        t_y, t_b = mine["iteration_time_s"], theirs["iteration_time_s"]
+        measured = "—" if row.speedup_pct is None else f"{row.speedup_pct:+.1f}%"
+        explained.append(f"{point_label(row.key)}: measured speedup {measured}, predicted "
+                         f"{(t_b - t_y) / t_b * 100:+.1f}%")  # fmt: skip
+        explained += [f"    {line}" for line in why_lines(mine, theirs, baseline)]
+    if not explained:
+        return ["Why (predicted): no time prediction for these jobs (the hardware profile "
+                "has no peak FLOP/s or memory bandwidth, as on CPU)."]  # fmt: skip
+    return ["Why (predicted, term by term; `python -m harness.plan` prints the same):",
+            "```text\n" + "\n".join(explained) + "\n```"]  # fmt: skip
+
+
+def predicted_terms(row: pd.Series) -> dict | None:
+    """The job's recorded prediction with its terms, or None where it has no time."""
+    import json
+
+    raw = value(row, "predicted")
+    found = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(found, dict) or found.get("iteration_time_s") is None:
+        return None
+    if not found.get("breakdown"):
+        return None
+    return found
 
 
 def _gaps(rows: list[Speedup], baseline: str) -> list[str]:

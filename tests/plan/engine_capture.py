@@ -115,7 +115,7 @@ def launched_by(job: JobConfig, *, steps_before: int = 1, spy: object = None) ->
     for _ in range(steps_before):
         step()
     launched = Launched()
-    with _Record(launched), (spy or nullcontext()):  # type: ignore[attr-defined]
+    with _Record(launched), spy or nullcontext():  # type: ignore[attr-defined]
         step()
     return launched
 

@@ -24,9 +24,7 @@ def priced_config(cfg: JobConfig, hardware: str = "a100_80gb") -> JobConfig:
     return priced
 
 
-def program(
-    cfg: JobConfig, *, mechanisms: frozenset[str] | None = None, **spec: Any
-) -> list[Op]:
+def program(cfg: JobConfig, *, mechanisms: frozenset[str] | None = None, **spec: Any) -> list[Op]:
     """The planner's program; `spec` overrides fields of the hardware profile."""
     priced = priced_config(cfg)
     if spec:

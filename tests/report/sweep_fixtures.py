@@ -43,6 +43,7 @@ def write_job(
     backend: str = "gloo",
     git_revision: str = "abc1234",
     png: bool = False,
+    predicted: dict[str, Any] | None = None,
 ) -> Path:
     """Write `<sweep>/<job>/result.json` with every field of the schema filled in."""
     engine_name = "fsdp2" if engine == "fsdp2_tuned" else engine
@@ -104,6 +105,7 @@ def write_job(
             "memory_source": "profiler allocations",
             "memory_breakdown": {"params": 10, "grads": 10},
             "losses": losses,
+            "predicted": predicted,
         }
         if overlap_pct is not None:
             profile = {

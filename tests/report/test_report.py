@@ -361,3 +361,23 @@ def test_empty_sweep_and_all_failed_sweep_still_render(tmp_path: Path) -> None:
         "| llama_tiny | 2 | 128 | 0 | — | OOM | invalid |"
     ]
     assert "| invalid | ckpt_layers=9 > 4 layers |" in text
+
+
+def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -> None:
+    """Each job keeps its prediction with its terms; the report turns a yafsdp/baseline pair
+    into the same lines `python -m harness.plan` prints, beside the measured speedup."""
+    sweep = tmp_path / "sweep"
+    terms = {
+        "yafsdp": {"iteration_time_s": 0.9, "breakdown": {"compute": 0.8, "yafsdp_buffers": 0.1},
+                   "mechanisms": {"yafsdp_buffers": 0.1}, "waits": {}},
+        "fsdp1": {"iteration_time_s": 1.0, "breakdown": {"compute": 0.8, "fsdp1_flat_grad": 0.05,
+                  "exposed all_gather": 0.15}, "mechanisms": {"rate_limiter": 0.12},
+                  "waits": {"exposed all_gather": 12}},
+    }  # fmt: skip
+    write_job(sweep, "0", engine="yafsdp", step_times=[0.9] * 5, predicted=terms["yafsdp"])
+    write_job(sweep, "1", engine="fsdp1", step_times=[1.0] * 5, predicted=terms["fsdp1"])
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "measured speedup +10.0%, predicted +10.0%" in text
+    assert "fsdp1 +0.100 s (+10.0% of its step) against yafsdp" in text
+    assert "+0.150 s: compute waiting for all-gathers, fsdp1 0.150 s (12 units wait)" in text
+    assert "mechanism rate limiter (limit_all_gathers): fsdp1 +0.120 s" in text
