@@ -231,9 +231,10 @@ def _rank_main(args: argparse.Namespace) -> dict[str, Any] | None:
         if rank != 0:
             return None
         per_node = args.gpus_per_node or local_world
+        now = datetime.datetime.now(datetime.timezone.utc)
         return {
             "schema": SCHEMA,
-            "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "measured_at": now.isoformat(timespec="seconds"),
             **_where(per_node),
             "hosts": sorted(set(hosts)),
             "device": torch.cuda.get_device_name(device) if gpu else "cpu",
