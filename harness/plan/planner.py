@@ -263,3 +263,25 @@ def add_speedups(rows: list[PlanRow]) -> None:
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
                 row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                            label)  # fmt: skip
+                row.why[label] += [n for r in (other, row) if (n := near_capacity(r))]
+
+
+# A predicted peak past this share of device memory is flagged (not priced): see below.
+NEAR_CAPACITY = 0.9
+
+
+def near_capacity(row: PlanRow) -> str | None:
+    """A note where an engine's predicted peak nears its device's memory. There the caching
+    allocator frees its cache and retries an allocation, synchronising the device
+    (pytorch/pytorch issue 65078 on FSDP; PR 19222): stalls the time model does not price,
+    for want of a public per-retry cost. A sweep's `num_alloc_retries` shows whether they
+    happen; yafsdp allocates its buffers once, but its activations still come and go."""
+    have = row.cfg.device_memory_gb * GIB
+    if not have or row.memory.peak_bytes < NEAR_CAPACITY * have:
+        return None
+    share = row.memory.peak_bytes / have
+    return (
+        f"  note: {row.cfg.engine.label}'s predicted peak is {share:.0%} of the "
+        f"{row.cfg.device_memory_gb:g} GiB device; near capacity the caching allocator "
+        "retries with device synchronisations, not priced here (see num_alloc_retries)"
+    )
