@@ -122,7 +122,8 @@ def predicted(row: pd.Series, key: str) -> float | None:
     raw = value(row, "predicted")
     if not raw:
         return None
-    found = (json.loads(raw) if isinstance(raw, str) else raw or {}).get(key)
+    record = json.loads(raw) if isinstance(raw, str) else raw
+    found = record.get(key) if isinstance(record, dict) else None  # null: no prediction
     return None if found is None else float(found)
 
 
