@@ -29,6 +29,9 @@ class EngineConfig:
     # Reduce gradients after every micro-batch, as the published engines did. fsdp2 alone
     # can instead keep unsharded gradients and reduce once, after the last micro-batch.
     sync_every_micro_batch: bool = True
+    # yafsdp only: the memory its own tensors may take, in GiB, for its buffer plan; 0: the
+    # device's memory less what the planner predicts the rest of the step holds.
+    memory_budget_gb: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -108,7 +111,7 @@ FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
 
 # Fields added after results were first recorded, with the value those results ran with:
 # an older result.json without the field is read as having it (resume, the report).
-FIELDS_ADDED_LATER = {"model_impl": "native"}
+FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
 
 
 @dataclass(kw_only=True)

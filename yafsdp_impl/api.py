@@ -15,10 +15,20 @@ from yafsdp_impl import collectives, state_dict
 from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl.plan import BufferPlan, choose_plan
+from yafsdp_impl.plan import BufferPlan, PlanChoice, choose_for_budget, choose_plan, engine_bytes
 from yafsdp_impl.schedule import Schedule
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def byte_classes(report: Mapping[str, Any]) -> dict[str, int]:
+    """A `memory_report`'s byte classes, its plan entry aside."""
+    return {k: v for k, v in report.items() if isinstance(v, int)}
+
+
+def held_bytes(report: Mapping[str, Any]) -> int:
+    """The bytes of a `memory_report`, every class summed (its plan entry aside)."""
+    return sum(byte_classes(report).values())
 
 
 class YaFSDP:
@@ -37,10 +47,17 @@ class YaFSDP:
             full initial value of parameter `name`. It is called one parameter at a time and
             only for parameters that overlap this rank's shards, so the full model is never
             materialised.
-        buffer_plan: "min_bytes" (default: the plan below that holds fewer bytes),
-            "alternating" (two buffers sized to the largest unit) or "ends_shared" (the
-            first and last units share one buffer, the others alternate two layer-sized
-            ones); see `yafsdp_impl.plan`.
+        buffer_plan: "auto" (default): with a memory budget, "separate_ends" where the
+            engine's memory with it fits the budget, else "min_bytes"; without one,
+            "min_bytes". Or a plan by name: "min_bytes" (the plan below that holds fewer
+            bytes), "alternating" (two buffers sized to the largest unit), "ends_shared"
+            (the first and last units share one buffer, the others alternate two
+            layer-sized ones), "separate_ends" (the first and last units keep a buffer each,
+            so the first stays gathered from its forward to its backward); see
+            `yafsdp_impl.plan`.
+        memory_budget_bytes: the most memory the engine's own tensors may take (its
+            buffers, staging, master shards and their gradients: `memory_report`'s
+            classes but the optimizer's), for `buffer_plan="auto"`.
     """
 
     def __init__(
@@ -55,7 +72,8 @@ class YaFSDP:
         ckpt_units: int | Sequence[nn.Module] = 0,
         device: torch.device | str | None = None,
         init_fn: Callable[[str, torch.Size], torch.Tensor] | None = None,
-        buffer_plan: str = "min_bytes",
+        buffer_plan: str = "auto",
+        memory_budget_bytes: int | None = None,
     ) -> None:
         units = list(units)
         if not units:
@@ -74,13 +92,24 @@ class YaFSDP:
         self.layout = build_layout(module, units, self.world_size)
         comm = collectives.Comm(self.group)
         native_reduce_scatter = comm.native_reduce_scatter
-        self.buffer_plan: BufferPlan = choose_plan(
-            self.layout,
-            buffer_plan,
-            param_bytes=torch.empty(0, dtype=param_dtype).element_size(),
-            reduce_bytes=torch.empty(0, dtype=reduce_dtype).element_size(),
-            world_size=self.world_size,
-        )
+        param_bytes = torch.empty(0, dtype=param_dtype).element_size()
+        reduce_bytes = torch.empty(0, dtype=reduce_dtype).element_size()
+        if buffer_plan == "auto":
+            self.plan_choice: PlanChoice = choose_for_budget(
+                self.layout, memory_budget_bytes, param_bytes=param_bytes,
+                reduce_bytes=reduce_bytes, native=native_reduce_scatter,
+            )  # fmt: skip
+        else:
+            plan = choose_plan(
+                self.layout, buffer_plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
+                world_size=self.world_size,
+            )  # fmt: skip
+            size = engine_bytes(
+                self.layout, plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
+                native=native_reduce_scatter,
+            )  # fmt: skip
+            self.plan_choice = PlanChoice(plan, None, memory_budget_bytes, size, None)
+        self.buffer_plan: BufferPlan = self.plan_choice.plan
         self.buffers = Buffers(
             self.layout,
             self.buffer_plan,
@@ -168,16 +197,26 @@ class YaFSDP:
         """
         return self.schedule.clip_grad_norm_(max_norm)
 
-    def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
         """Bytes this rank holds by class: weights, grads, master, staging (and optimizer,
-        when given the optimizer built on `parameters()`)."""
-        report = self.buffers.bytes_by_class()
+        when given the optimizer built on `parameters()`); and under `buffer_plan` the plan
+        chosen, the engine's bytes with it, the plan it was chosen over and the budget.
+        `held_bytes(report)` sums the classes."""
+        report: dict[str, Any] = dict(self.buffers.bytes_by_class())
         if optimizer is not None:
             report["optimizer"] = 0
             for p in self.parameters():
                 for v in optimizer.state.get(p, {}).values():
                     if isinstance(v, torch.Tensor):
                         report["optimizer"] += v.numel() * v.element_size()
+        c = self.plan_choice
+        report["buffer_plan"] = {
+            "name": c.plan.name,
+            "bytes": c.plan_bytes,
+            "rejected": c.rejected.name if c.rejected is not None else None,
+            "rejected_bytes": c.rejected_bytes,
+            "budget_bytes": c.budget_bytes,
+        }
         return report
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:

@@ -46,8 +46,10 @@ def reduce_scatter(
     return work, out
 
 
-def all_reduce_sum(t: torch.Tensor, group: dist.ProcessGroup) -> None:
-    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+def all_reduce_sum(
+    t: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
+) -> dist.Work | None:
+    return dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
 
 
 class Comm:
@@ -72,5 +74,5 @@ class Comm:
     ) -> tuple[dist.Work | None, torch.Tensor]:
         return reduce_scatter(out, full, self.group, self.rank, self.world_size, async_op)
 
-    def all_reduce_sum(self, t: torch.Tensor) -> None:
-        all_reduce_sum(t, self.group)
+    def all_reduce_sum(self, t: torch.Tensor, async_op: bool = False) -> dist.Work | None:
+        return all_reduce_sum(t, self.group, async_op)

@@ -5,8 +5,15 @@
 several layers in size) share one buffer of their own: they are never live together, since
 the first unit's backward gathers only after the last unit's backward is done. The units
 between alternate two buffers sized to the largest of them, and the staging buffer is
-that size too: a larger unit is reduce-scattered through it in chunks. The plan that holds
-fewer bytes is chosen.
+that size too: a larger unit is reduce-scattered through it in chunks.
+`separate_ends`: as `ends_shared`, but the first and last units each keep a buffer of their
+own, so the first unit stays gathered from its forward to its backward (one all-gather
+fewer per step, at the step's end where nothing hides it) for one more end-sized buffer
+of weights and gradients.
+
+Without a memory budget the plan that holds fewer bytes is chosen (`min_bytes`). With one
+(`choose_for_budget`), `separate_ends` where the engine's memory with it fits the budget,
+else the plan that holds fewer bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass
 
 from yafsdp_impl.layout import Layout
 
-PLANS = ("min_bytes", "alternating", "ends_shared")
+PLANS = ("auto", "min_bytes", "alternating", "ends_shared", "separate_ends")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,17 +60,82 @@ def ends_shared(layout: Layout) -> BufferPlan | None:
     return BufferPlan("ends_shared", (ends, *[layer] * n_middle_buffers), buffer_of, layer)
 
 
+def separate_ends(layout: Layout) -> BufferPlan | None:
+    """None where there is no middle to alternate (fewer than three units)."""
+    sizes = [u.padded_numel for u in layout.units]
+    if len(sizes) < 3:
+        return None
+    middle = sizes[1:-1]
+    layer = max(middle)
+    n_middle_buffers = min(2, len(middle))
+    buffer_of = (0, *(2 + j % 2 for j in range(len(middle))), 1)
+    buffers = (sizes[0], sizes[-1], *[layer] * n_middle_buffers)
+    return BufferPlan("separate_ends", buffers, buffer_of, layer)
+
+
 def choose_plan(
     layout: Layout, choice: str, *, param_bytes: int, reduce_bytes: int, world_size: int
 ) -> BufferPlan:
     if choice not in PLANS:
         raise ValueError(f"buffer_plan={choice!r} is unknown; choose one of {', '.join(PLANS)}")
     shared = ends_shared(layout)
-    if choice == "ends_shared":
-        if shared is None:
-            raise ValueError("buffer_plan='ends_shared' needs at least three units")
-        return shared
+    if choice in ("ends_shared", "separate_ends"):
+        plan = shared if choice == "ends_shared" else separate_ends(layout)
+        if plan is None:
+            raise ValueError(f"buffer_plan={choice!r} needs at least three units")
+        return plan
     plans = [alternating(layout)]
     if choice == "min_bytes" and shared is not None:
         plans.append(shared)
     return min(plans, key=lambda p: p.nbytes(param_bytes, reduce_bytes, world_size))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChoice:
+    """The plan chosen for a memory budget, and the one it was chosen over."""
+
+    plan: BufferPlan
+    rejected: BufferPlan | None
+    budget_bytes: int | None
+    plan_bytes: int  # the engine's memory with the plan (see `engine_bytes`)
+    rejected_bytes: int | None
+
+
+def engine_bytes(
+    layout: Layout, plan: BufferPlan, *, param_bytes: int, reduce_bytes: int, native: bool
+) -> int:
+    """Every byte the engine allocates with `plan` (`Buffers.bytes_by_class`, summed):
+    the weight and gradient buffers and the resident unit's, the staging and reduce-scatter
+    outputs, the fp32 master shards and their gradients, the param-dtype copy of them."""
+    p, r, world = param_bytes, reduce_bytes, layout.resident.world_size
+    res, res_shard = layout.resident.padded_numel, layout.resident.shard_numel
+    shards = layout.master_numel + res_shard
+    weights_and_grads = 2 * (sum(plan.buffer_numel) + res) * p
+    staging = (plan.staging_numel + res) * r
+    if native:
+        staging += (plan.staging_numel // world + res_shard) * r
+    master = 2 * shards * 4
+    gather_source = shards * p if p != 4 else 0
+    return weights_and_grads + staging + master + gather_source
+
+
+def choose_for_budget(
+    layout: Layout, budget_bytes: int | None, *, param_bytes: int, reduce_bytes: int,
+    native: bool,
+) -> PlanChoice:  # fmt: skip
+    """`separate_ends` where the engine's memory with it fits `budget_bytes`, else the
+    plan holding fewer bytes (`min_bytes`); without a budget, `min_bytes`."""
+    world = layout.resident.world_size
+    small = choose_plan(layout, "min_bytes", param_bytes=param_bytes,
+                        reduce_bytes=reduce_bytes, world_size=world)  # fmt: skip
+    roomy = separate_ends(layout)
+
+    def size(plan: BufferPlan) -> int:
+        return engine_bytes(layout, plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
+                            native=native)  # fmt: skip
+
+    if roomy is None:
+        return PlanChoice(small, None, budget_bytes, size(small), None)
+    if budget_bytes is not None and size(roomy) <= budget_bytes:
+        return PlanChoice(roomy, small, budget_bytes, size(roomy), size(small))
+    return PlanChoice(small, roomy, budget_bytes, size(small), size(roomy))

@@ -42,6 +42,9 @@ from yafsdp_impl.layout import Layout
 
 # Units 0 and 1 stay gathered from one micro-batch's backward into the next one's forward.
 KEPT_GATHERED = 2
+# The units whose gathers open a step, with the resident unit's: unit 0, and unit 1, which
+# unit 0's forward gathers anyway before it computes.
+FIRST_GATHERS = 2
 
 
 def add_squared_norm(acc: torch.Tensor, grad: torch.Tensor) -> None:
@@ -151,6 +154,10 @@ class Schedule:
         self.grad_sq_norms = torch.zeros(len(layout.units) + 1, dtype=torch.float64)
         self.grad_sq_norms = self.grad_sq_norms.to(buffers.device)
         self.grad_norms_valid = False
+        # The global squared norm: its all-reduce starts as the last shard's norm is known
+        # (the end of the step's last backward); clipping waits for it.
+        self.norm_total: torch.Tensor | None = None
+        self.norm_reduced: Event = DONE
         self._range: Any = None  # the open record_function of the current unit
 
     def invalidate(self) -> None:
@@ -196,6 +203,7 @@ class Schedule:
         previous = [u for u in self.grads_waiting if self.buffers.buffer_of[u] == k]
         for u in previous:
             self._reduce_scatter(u)  # lazy: its gradient buffer is needed now
+        self._reduce_scatter_finished_units(i)  # buffers no later backward needs: at once
         self._reduce_scatter_while_lanes_free()  # early, where lent buffers make room
         self._wait_weights(i)
         self.buffers.grad[k][: self.layout.units[i].padded_numel].zero_()
@@ -224,6 +232,7 @@ class Schedule:
             self.micro = 0
             self.phase = Phase.IDLE
             self.grad_norms_valid = True
+            self._launch_norm_all_reduce()
         else:
             self.micro += 1
             self.phase = Phase.FORWARD
@@ -237,8 +246,6 @@ class Schedule:
         if self.phase is not Phase.IDLE:
             return  # mid-step (an accumulation): the master weights have not changed
         self._open_step()
-        for i in range(min(2, len(self.layout.units))):
-            self._gather(i)
 
     def wait_in_flight(self) -> None:
         """Wait for every collective still in flight (on CPU the gloo threads may still be
@@ -250,16 +257,18 @@ class Schedule:
             self.resident_ready.wait()
             self.resident_ready = DONE
             self._finish_reduce_scatters()
+            self.norm_reduced.wait()
+            self.norm_reduced = DONE
 
     def _open_step(self) -> None:
+        """A new step: the resident unit's and the first units' shards are copied to the
+        param dtype and their gathers issued at once (each waits for its copy, never less),
+        then the other shards are copied while those gathers run."""
         b = self.buffers
+        self._drop_norm_all_reduce()  # a step not clipped: its norm is not needed
         self.version += 1
-        self.copy_master_to_param_dtype()  # on CPU synchronous; on CUDA before the event below
-        b.master_grad.zero_()
-        b.resident_master_grad.zero_()
-        self.grad_sq_norms.zero_()
-        self.grad_norms_valid = False
-        self._attach_grads()
+        self.phase = Phase.FORWARD
+        self.copy_master_to_param_dtype("first")  # on CUDA before the events below
         out, shard = b.resident_weight, b.resident_gather_source
         name = self.layout.resident.name
         with record_function(f"yafsdp.all_gather.{name}"):
@@ -268,7 +277,14 @@ class Schedule:
                 self.streams.compute_event(),
             )
         self.log.append(("all_gather", name))
-        self.phase = Phase.FORWARD
+        for i in range(min(FIRST_GATHERS, len(self.layout.units))):
+            self._gather(i)
+        self.copy_master_to_param_dtype("rest")  # later gathers are issued after this
+        b.master_grad.zero_()
+        b.resident_master_grad.zero_()
+        self.grad_sq_norms.zero_()
+        self.grad_norms_valid = False
+        self._attach_grads()
 
     def _attach_grads(self) -> None:
         self.buffers.attach_master_grads()
@@ -278,12 +294,28 @@ class Schedule:
                     p.grad = g
 
     @torch.no_grad()
-    def copy_master_to_param_dtype(self) -> None:
-        """The once-per-step param-dtype copy of the master shards that the gathers read."""
+    def copy_master_to_param_dtype(self, part: str = "all") -> None:
+        """The once-per-step param-dtype copy of the master shards that the gathers read:
+        `part` "first" (the resident unit's and the first units', which the step's first
+        gathers read), "rest" (every other unit's) or "all"."""
+        for dst, src in self.param_copy_slices(part):
+            dst.copy_(src)
+
+    def param_copy_slices(self, part: str = "all") -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(param-dtype copy, master) pairs of `part` (see `copy_master_to_param_dtype`);
+        none where the param dtype is fp32 (the gathers read the master itself)."""
         b = self.buffers
-        if b.gather_source is not b.master:
-            b.gather_source.copy_(b.master)
-            b.resident_gather_source.copy_(b.resident_master)
+        if b.gather_source is b.master:
+            return []
+        first = min(FIRST_GATHERS, len(self.layout.units))
+        units = self.layout.units
+        head = units[first - 1].master_offset + units[first - 1].shard_numel if first else 0
+        pairs = {
+            "first": [(b.resident_gather_source, b.resident_master),
+                      (b.gather_source[:head], b.master[:head])],
+            "rest": [(b.gather_source[head:], b.master[head:])],
+        }  # fmt: skip
+        return pairs["first"] + pairs["rest"] if part == "all" else pairs[part]
 
     # ---- weights ----------------------------------------------------------------------
 
@@ -401,6 +433,19 @@ class Schedule:
             self._finish_oldest_reduce_scatter()
         self.lanes = [lane for lane in self.lanes if lane.weight_buffer != k]
 
+    def _reduce_scatter_finished_units(self, i: int) -> None:
+        """Issue now, highest unit first, the waiting units whose gradient buffer no unit
+        from i down uses again in this backward (the output unit's own buffer; at the tail,
+        the last layers'), as long as free lanes hold all of a unit's pieces: nothing would
+        make them wait, and waiting for the end of backward leaves them exposed there."""
+        needed = {self.buffers.buffer_of[j] for j in range(i + 1)}
+        for u in sorted(self.grads_waiting, reverse=True):
+            if self.buffers.buffer_of[u] in needed:
+                continue
+            if len(self._free_lanes()) < self._pieces(u):
+                return
+            self._reduce_scatter(u)
+
     def _reduce_scatter_while_lanes_free(self) -> None:
         """Issue the waiting units' reduce-scatters now (highest unit first, the order the end
         of backward uses), as long as each fits in free lanes: never wait for a lane here.
@@ -451,19 +496,40 @@ class Schedule:
 
     # ---- clipping ---------------------------------------------------------------------
 
+    def _launch_norm_all_reduce(self) -> None:
+        """Start the all-reduce of the summed squared shard norms (every rank, in the same
+        place of its collective order: the end of the step's last backward)."""
+        total = self.grad_sq_norms.sum()
+        with record_function("yafsdp.all_reduce.clip"):
+            self.norm_reduced = self.streams.launch(
+                lambda a: self.comm.all_reduce_sum(total, a), self.streams.compute_event()
+            )
+        self.norm_total = total
+        self.log.append(("all_reduce", "clip"))
+
+    def _drop_norm_all_reduce(self) -> None:
+        self.norm_reduced.wait()
+        self.norm_reduced, self.norm_total = DONE, None
+
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip the sharded gradients by their global L2 norm; return the norm (see
         `YaFSDP.clip_grad_norm_`)."""
         b = self.buffers
-        if not self.grad_norms_valid:  # clipped already, or gradients changed outside backward
+        sq = self.norm_total
+        if self.grad_norms_valid and sq is not None:  # reduced since the end of backward
+            with record_function("yafsdp.wait.all_reduce.clip"):
+                self.norm_reduced.wait()
+        else:  # clipped already, or gradients changed outside backward
+            self._drop_norm_all_reduce()
             self.grad_sq_norms.zero_()
             for i, g in enumerate((b.master_grad, b.resident_master_grad)):
                 add_squared_norm(self.grad_sq_norms[i], g)
-        sq = self.grad_sq_norms.sum()
-        with record_function("yafsdp.all_reduce.clip"):
-            self.comm.all_reduce_sum(sq)
-        self.log.append(("all_reduce", "clip"))
+            sq = self.grad_sq_norms.sum()
+            with record_function("yafsdp.all_reduce.clip"):
+                self.comm.all_reduce_sum(sq)
+            self.log.append(("all_reduce", "clip"))
+        self.norm_reduced, self.norm_total = DONE, None
         self.grad_norms_valid = False  # the scale below changes the gradients
         norm = sq.sqrt()
         coef = (max_norm / (norm + 1e-6)).clamp(max=1.0).float()

@@ -32,12 +32,19 @@ class RunContext:
     grad_accum: int
     seed: int
     cfg: EngineConfig
+    # yafsdp: the memory budget for its buffer plan (`YaFSDP(memory_budget_bytes=...)`)
+    memory_budget_bytes: int | None = None
 
     @classmethod
     def of_job(
         cls, job: JobConfig, *, rank: int, world_size: int, device: torch.device
     ) -> RunContext:
         """What an engine needs of a job's config on one rank."""
+        budget = None
+        if job.engine.name == "yafsdp":
+            from harness.plan.planner import yafsdp_memory_budget
+
+            budget = yafsdp_memory_budget(job, device)
         return cls(
             rank=rank,
             world_size=world_size,
@@ -48,6 +55,7 @@ class RunContext:
             grad_accum=job.grad_accum,
             seed=job.seed,
             cfg=job.engine,
+            memory_budget_bytes=budget,
         )
 
 

@@ -44,6 +44,7 @@ class YaFSDPEngine:
             grad_accum_steps=ctx.grad_accum,
             device=ctx.device,
             init_fn=lambda name, shape: initial_value(name, shape, ctx.seed, ctx.device),
+            memory_budget_bytes=ctx.memory_budget_bytes,
         )
 
         def prefetch_and_wait() -> None:
@@ -63,7 +64,7 @@ class YaFSDPEngine:
                 "reduce_dtype": dtype_name(ctx.reduce_dtype),
                 "gradient_sync": "every micro-batch",
                 "clip": "YaFSDP.clip_grad_norm_ (norms summed in backward, one all-reduce)",
-                "buffer_plan": engine.buffer_plan.describe(),
+                "buffer_plan": plan_setting(engine),
                 "prefetch": (
                     "next step's first gathers issued and waited at the step's end"
                     if self.prefetch_next_step
@@ -72,3 +73,15 @@ class YaFSDPEngine:
                 "optimizer_params": f"{len(engine.parameters())} flat fp32 master shards",
             },
         )
+
+
+def plan_setting(engine: YaFSDP) -> str:
+    """The plan chosen, and the one it was chosen over for the memory budget."""
+    c, gib = engine.plan_choice, 2**30
+    text = engine.buffer_plan.describe()
+    if c.budget_bytes is not None:
+        text += f"; engine memory {c.plan_bytes / gib:.2f} GiB of a {c.budget_bytes / gib:.2f} GiB"
+        text += " budget"
+    if c.rejected is not None and c.rejected_bytes is not None:
+        text += f"; over {c.rejected.name} ({c.rejected_bytes / gib:.2f} GiB)"
+    return text

@@ -55,9 +55,13 @@ def _numel(dims: tuple[int, ...]) -> int:
     return n
 
 
-def yafsdp_bytes(shape: ModelShape, p: int, *, param_bytes: int = 2) -> dict[str, int]:
-    """YaFSDP's `memory_report(optimizer)` on any rank, with a native reduce-scatter (NCCL or
-    the fake group) and units = embedding, each layer, output; norms are resident."""
+def yafsdp_bytes(
+    shape: ModelShape, p: int, *, param_bytes: int = 2, plan: str = "min_bytes"
+) -> dict[str, int]:
+    """YaFSDP's `memory_report(optimizer)` byte classes on any rank, with a native
+    reduce-scatter (NCCL or the fake group), units = embedding, each layer, output (norms
+    resident), and the buffer plan `plan` (`min_bytes`: the smaller of `alternating` and
+    `ends_shared`; or `separate_ends`)."""
     d, v = shape.dim, shape.vocab_size
     padded = lambda n: max(p, ceil_div(n, p) * p)  # noqa: E731
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
@@ -68,9 +72,17 @@ def yafsdp_bytes(shape: ModelShape, p: int, *, param_bytes: int = 2) -> dict[str
     # The engine's min-bytes buffer plan: two buffers of the largest unit (staging that
     # size), or the embedding and output sharing one buffer with the layers alternating two
     # layer-sized ones (staging layer-sized, larger units reduce-scattered in chunks).
+    # With `separate_ends` the embedding and the output keep a buffer each.
     big, layer, ends = max(padded(n) for n in units), padded(units[1]), padded(v * d)
-    plans = [(2 * big, big), (ends + 2 * layer, layer)]
-    buffers, staging = min(plans, key=lambda b: 2 * b[0] * param_bytes + (b[1] + b[1] // p) * FP32)
+    plans = {"alternating": (2 * big, big), "ends_shared": (ends + 2 * layer, layer),
+             "separate_ends": (2 * ends + 2 * layer, layer)}  # fmt: skip
+    if plan == "min_bytes":
+        smaller = [plans["alternating"], plans["ends_shared"]]
+        buffers, staging = min(
+            smaller, key=lambda b: 2 * b[0] * param_bytes + (b[1] + b[1] // p) * FP32
+        )
+    else:
+        buffers, staging = plans[plan]
     return {
         "weights": (buffers + res) * param_bytes,
         "grads": (buffers + res) * param_bytes,

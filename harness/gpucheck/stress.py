@@ -61,12 +61,12 @@ def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
     schedule, b = engine.schedule, engine.buffers
     copy, reduce_scatter = schedule.copy_master_to_param_dtype, schedule._reduce_scatter
 
-    def slow_copy() -> None:
-        if b.gather_source is not b.master:  # with fp32 weights the gathers read the master
-            b.gather_source.fill_(float("nan"))
-            b.resident_gather_source.fill_(float("nan"))
+    def slow_copy(part: str = "all") -> None:
+        # only this part's copy: the other part's may be read by gathers in flight
+        for dst, _src in schedule.param_copy_slices(part):  # none with fp32 weights
+            dst.fill_(float("nan"))
         torch.cuda._sleep(sleep_cycles)
-        copy()
+        copy(part)
 
     def slow_reduce_scatter(i: int) -> None:
         while schedule.in_flight:  # every staging lane has finished being read

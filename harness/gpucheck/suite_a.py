@@ -41,6 +41,7 @@ from harness.gpucheck.training import (
 )
 from harness.models.build import decoder_parts
 from harness.models.shapes import ModelShape, get_shape
+from yafsdp_impl import held_bytes
 
 SMALL = "llama_mini"
 # Llama 2 7B's layer shape with 6 layers: each unit's compute is milliseconds on one GPU,
@@ -178,7 +179,7 @@ def check_steady_state_memory(device: torch.device) -> Verdict:
         and (engine_frame(frames_of(b)) or "").startswith("buffers.py")
     ]
     attributed = sum(int(b.get("requested_size", b["size"])) for b in live)
-    reported = sum(yafsdp_of(t).memory_report().values())
+    reported = held_bytes(yafsdp_of(t).memory_report())
     figures = {
         "steady_allocs_total": len(steady),
         "steady_allocs_by_engine": sum(1 for f in by_engine if f),

@@ -92,10 +92,12 @@ def expected_bytes(
     *,
     param_bytes: int,
     fsdp1_units: list[list[str]] | None = None,
+    yafsdp_plan: str = "min_bytes",
 ) -> dict[str, int]:
-    """What `label` should hold on `rank` of `p` (FSDP1 needs the names in each unit)."""
+    """What `label` should hold on `rank` of `p` (FSDP1 needs the names in each unit; yafsdp
+    the buffer plan it chose for its memory budget)."""
     if label == "yafsdp":
-        return footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes)
+        return footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes, plan=yafsdp_plan)
     if label == "fsdp1":
         if fsdp1_units is None:
             raise ValueError("fsdp1 needs fsdp1_units: the parameter names of each FSDP unit")
@@ -125,7 +127,7 @@ def byte_mismatches(got: dict[str, int], want: dict[str, int]) -> str:
     )
 
 
-def measured_bytes(label: str, trainee) -> dict[str, int]:
+def measured_bytes(label: str, trainee) -> dict[str, Any]:
     w, opt = trainee.wrapped, trainee.optimizer
     if label == "yafsdp":
         return w.memory_breakdown(opt)
@@ -191,8 +193,12 @@ def measure(
         got = measured_bytes(label, trainee)
         units = fsdp1_units(trainee.wrapped.module) if label == "fsdp1" else None
         param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
-        want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes, fsdp1_units=units)
-        figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items()}
+        plan = got.get("buffer_plan", {}).get("name", "min_bytes") if label == "yafsdp" else ""
+        want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes,
+                              fsdp1_units=units, yafsdp_plan=plan or "min_bytes")  # fmt: skip
+        figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items() if isinstance(v, int)}
+        if plan:
+            figures["buffer_plan"] = plan
         detail = byte_mismatches(got, want)
         return Verdict(not detail, figures, detail)
     except torch.OutOfMemoryError as e:

@@ -11,7 +11,7 @@ logits and loss. The peak is the largest sum over the moments of a steady-state 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.models.shapes import shape_of
 from harness.plan.activations import (
@@ -59,6 +59,9 @@ class MemoryCase:
     # Device memory beside the allocator's (CUDA context, NCCL buffers), held all step:
     # only as measured by an earlier sweep (`calibration=`), else 0.
     overhead_bytes: int = 0
+    # yafsdp's buffer plan ("auto": chosen for memory_budget_bytes, as the engine chooses)
+    buffer_plan: str = "auto"
+    memory_budget_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,47 +190,72 @@ def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
     return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
 
 
+@functools.lru_cache(maxsize=64)
 def yafsdp_layout(
-    model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
+    model: str,
+    world_size: int,
+    dtype: str,
+    reduce_dtype: str,
+    native_reduce_scatter: bool,
+    buffer_plan: str = "auto",
+    budget_bytes: int | None = None,
 ):  # noqa: ANN201 (torch stays a lazy import)
-    """The yafsdp engine's layout and buffers for `model`, from its own layout and buffer
-    plan code run on the meta device (no memory is allocated)."""
+    """The yafsdp engine's layout, its plan choice and its buffers for `model`, from its own
+    layout and buffer-plan code run on the meta device (no memory is allocated): the plan
+    the engine would choose for `budget_bytes` (see `YaFSDP(buffer_plan=...)`)."""
     import torch
 
     from harness.engines.base import DTYPES
     from harness.models.build import decoder_parts
     from yafsdp_impl.buffers import Buffers
     from yafsdp_impl.layout import build_layout
-    from yafsdp_impl.plan import choose_plan
+    from yafsdp_impl.plan import PlanChoice, choose_for_budget, choose_plan, engine_bytes
 
     m = _meta_model(model)
     parts = decoder_parts(m)
     layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
-    plan = choose_plan(
-        layout,
-        "min_bytes",  # the adapter's default
-        param_bytes=DTYPE_BYTES[dtype],
-        reduce_bytes=DTYPE_BYTES[reduce_dtype],
-        world_size=world_size,
-    )
+    p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
+    if buffer_plan == "auto":
+        choice = choose_for_budget(layout, budget_bytes, param_bytes=p, reduce_bytes=r,
+                                   native=native_reduce_scatter)  # fmt: skip
+    else:
+        plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r,
+                           world_size=world_size)  # fmt: skip
+        size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r,
+                            native=native_reduce_scatter)  # fmt: skip
+        choice = PlanChoice(plan, None, budget_bytes, size, None)
     buffers = Buffers(
         layout,
-        plan,
+        choice.plan,
         device=torch.device("meta"),
         param_dtype=DTYPES[dtype],
         reduce_dtype=DTYPES[reduce_dtype],
         native_reduce_scatter=native_reduce_scatter,
     )
-    return layout, buffers
+    return layout, buffers, choice
 
 
-@functools.lru_cache(maxsize=64)
-def yafsdp_buffers(
-    model: str, world_size: int, dtype: str, reduce_dtype: str, native_reduce_scatter: bool
-) -> tuple[dict[str, int], int]:
+def yafsdp_buffers(case: MemoryCase) -> tuple[dict[str, int], int]:
     """The yafsdp engine's own bytes by class and its master elements per rank."""
-    layout, buffers = yafsdp_layout(model, world_size, dtype, reduce_dtype, native_reduce_scatter)
+    layout, buffers, _ = yafsdp_layout(
+        case.model, case.world_size, case.dtype, case.reduce_dtype, case.asynchronous,
+        case.buffer_plan, case.memory_budget_bytes,
+    )  # fmt: skip
     return buffers.bytes_by_class(), layout.master_numel + layout.resident.shard_numel
+
+
+# The classes the yafsdp engine itself holds all step (its `memory_report` but the optimizer).
+ENGINE_HELD = ("master", "sharded_grads", "unsharded_weights", "unsharded_grads", "staging")
+
+
+def yafsdp_budget(case: MemoryCase, device_memory_bytes: int) -> int:
+    """What the engine's own tensors may take: the device's memory less what the rest of
+    the step holds at its peak (activations, logits, the optimizer's moments, memory
+    outside the allocator), as predicted with the plan that holds fewer bytes."""
+    small = replace(case, buffer_plan="min_bytes", memory_budget_bytes=None)
+    held = held_all_step(small)
+    rest = estimate_memory(small).peak_bytes - sum(held.get(c, 0) for c in ENGINE_HELD)
+    return device_memory_bytes - rest
 
 
 def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
@@ -250,9 +278,7 @@ def _numel(dims: tuple[int, ...]) -> int:
 
 
 def _yafsdp(case: MemoryCase) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-    held, master_elements = yafsdp_buffers(
-        case.model, case.world_size, case.dtype, case.reduce_dtype, case.asynchronous
-    )
+    held, master_elements = yafsdp_buffers(case)
     static = _sharded_states(master_elements)
     # bytes_by_class's "master" is the master shards and their gradients together
     assert held["master"] == static["master"] + static["sharded_grads"]

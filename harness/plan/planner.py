@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.config import DeviceSpec, JobConfig
 from harness.models.shapes import shape_of
 from harness.plan.calibration import Calibration
-from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory
+from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory, yafsdp_budget
 from harness.plan.network import MeasuredNetwork, NcclRing
 from harness.plan.timing import (
     CollectivePricer,
@@ -65,9 +65,15 @@ class PlanRow:
 
 
 def memory_case(
-    cfg: JobConfig, ckpt_layers: int | None = None, measured: Calibration | None = None
+    cfg: JobConfig,
+    ckpt_layers: int | None = None,
+    measured: Calibration | None = None,
+    *,
+    with_budget: bool = True,
 ) -> MemoryCase:
-    return MemoryCase(
+    """The job's memory case; for yafsdp with the memory budget its engine gets (the
+    buffer plan is chosen for it), unless `with_budget` is off."""
+    case = MemoryCase(
         model=cfg.model,
         engine=cfg.engine.label,
         world_size=cfg.gpus,
@@ -80,6 +86,45 @@ def memory_case(
         model_impl=getattr(cfg, "model_impl", "native"),
         overhead_bytes=(measured and measured.outside_allocator_bytes) or 0,
     )
+    if with_budget and cfg.engine.name == "yafsdp":
+        case = replace(case, memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured,
+                                                                      case=case))  # fmt: skip
+    return case
+
+
+def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
+    """One device's memory: the job's `device_memory_gb` where set; else, where the job
+    runs on a GPU, that GPU's free memory; else this machine's RAM."""
+    if cfg.device_memory_gb > 0:
+        return int(cfg.device_memory_gb * GIB)
+    import os
+
+    import torch
+
+    on_gpu = (device is not None and getattr(device, "type", "") == "cuda") or (
+        device is None and cfg.device != "cpu" and torch.cuda.is_available()
+    )
+    if on_gpu:
+        return int(torch.cuda.mem_get_info(device)[0])
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def yafsdp_memory_budget(
+    cfg: JobConfig,
+    device: Any = None,
+    measured: Calibration | None = None,
+    case: MemoryCase | None = None,
+) -> int | None:
+    """The memory budget a yafsdp job gives its engine (`YaFSDP(memory_budget_bytes=...)`):
+    `engine.memory_budget_gb` where set; else the device's memory less what the rest of the
+    step is predicted to hold at its peak. The engine and the planner both use this, so
+    they choose the same buffer plan."""
+    if cfg.engine.name != "yafsdp":
+        return None
+    if cfg.engine.memory_budget_gb > 0:
+        return int(cfg.engine.memory_budget_gb * GIB)
+    case = case or memory_case(cfg, measured=measured, with_budget=False)
+    return yafsdp_budget(replace(case, memory_budget_bytes=None), device_memory_bytes(cfg, device))
 
 
 def _backend(cfg: JobConfig) -> str:
@@ -129,7 +174,7 @@ def _three(values: list[float]) -> tuple[float, float, float]:
     return a, b, c
 
 
-def time_case(cfg: JobConfig) -> TimeCase:
+def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
     return TimeCase(
         model=cfg.model,
         engine=cfg.engine.label,
@@ -141,6 +186,7 @@ def time_case(cfg: JobConfig) -> TimeCase:
         dtype=cfg.dtype,
         reduce_dtype=cfg.engine.reduce_dtype,
         model_impl=getattr(cfg, "model_impl", "native"),
+        memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured),
     )
 
 
@@ -149,7 +195,7 @@ def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEst
     net = network(cfg, measured)
     if net is None or not spec.knows_time():
         return None
-    return estimate_time(time_case(cfg), spec, net)
+    return estimate_time(time_case(cfg, measured), spec, net)
 
 
 # The profile's figures each prediction uses; the network's are replaced by a calibration.

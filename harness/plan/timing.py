@@ -56,6 +56,7 @@ class TimeCase:
     dtype: str = "bf16"
     reduce_dtype: str = "fp32"
     model_impl: str = "native"
+    memory_budget_bytes: int | None = None  # yafsdp: its buffer plan is chosen for it
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def build_program(
     if case.engine == "yafsdp":
         from harness.plan.yafsdp_program import yafsdp_program
 
-        return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx)
+        return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx,
+                              case.memory_budget_bytes)  # fmt: skip
     if case.engine == "fsdp1":
         u = fsdp1_units(shape, p)
         sizes = [u.embedding, *[u.block] * shape.n_layers, u.output]

@@ -62,8 +62,12 @@ class _Recorder:
         work = self._issue("reduce_scatter", full.numel() * full.element_size())
         return work, out if out is not None else full.chunk(self.world_size)[0]
 
-    def all_reduce_sum(self, t: Any) -> None:
-        self._issue("all_reduce", t.numel() * t.element_size()).wait()
+    def all_reduce_sum(self, t: Any, async_op: bool = False) -> _Work | None:
+        work = self._issue("all_reduce", t.numel() * t.element_size())
+        if async_op:
+            return work
+        work.wait()
+        return None
 
 
 def _engine_ops(recorder: _Recorder) -> Any:
@@ -85,8 +89,9 @@ def _engine_ops(recorder: _Recorder) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def skeleton(
-    model: str, world_size: int, dtype: str, reduce_dtype: str, grad_accum: int
-) -> tuple[tuple, ...]:
+    model: str, world_size: int, dtype: str, reduce_dtype: str, grad_accum: int,
+    buffer_plan: str = "auto", budget_bytes: int | None = None,
+) -> tuple[tuple, ...]:  # fmt: skip
     """What the engine's schedule issues over one step, in order, as events: collectives
     (kind, bytes, then the unit the schedule's log names), waits on them, its own kernels
     (bytes), and where each unit's forward and backward run. Independent of the sequence
@@ -97,7 +102,9 @@ def skeleton(
     from yafsdp_impl.api import COLLECTIVES
     from yafsdp_impl.schedule import Schedule
 
-    layout, buffers = yafsdp_layout(model, world_size, dtype, reduce_dtype, True)
+    layout, buffers, _ = yafsdp_layout(
+        model, world_size, dtype, reduce_dtype, True, buffer_plan, budget_bytes
+    )
     recorder = _Recorder(world_size)
     events = recorder.events
     ends: list[Any] = []
@@ -134,9 +141,11 @@ def skeleton(
 
 
 def yafsdp_program(
-    costs: ModelCosts, model: str, dtype: str, reduce_dtype: str, ctx: StepContext
-) -> list[Op]:
-    events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum)
+    costs: ModelCosts, model: str, dtype: str, reduce_dtype: str, ctx: StepContext,
+    budget_bytes: int | None = None,
+) -> list[Op]:  # fmt: skip
+    events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, "auto",
+                      budget_bytes)  # fmt: skip
     prog = Program(ctx)
     names = part_names(len(costs.forward) - 2)
     collectives: list[str] = []

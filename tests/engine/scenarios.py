@@ -183,9 +183,9 @@ def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype, prefetch: bool =
     engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
     copy_master = engine.schedule.copy_master_to_param_dtype
 
-    def slow_copy() -> None:
+    def slow_copy(part: str = "all") -> None:
         time.sleep(DELAY_S)
-        copy_master()
+        copy_master(part)
 
     engine.schedule.copy_master_to_param_dtype = slow_copy
     opt = optimizer(engine)
@@ -251,6 +251,35 @@ def prefetch_then_wait(name: str, rank: int) -> dict:
     return {"fresh_before_wait": same(before_wait), "fresh_after_wait": same(after_wait)}
 
 
+def step_ends(name: str, rank: int) -> dict:
+    """bf16, two steps with prefetch_after: where the param-dtype copies fall among the
+    step's first gathers, and the log as backward returns and after clipping."""
+    model = build(name)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16)
+    copy_master = engine.schedule.copy_master_to_param_dtype
+    copies: list[tuple[str, list]] = []
+
+    def spy_copy(part: str = "all") -> None:
+        copies.append((part, list(engine.collective_log)))
+        copy_master(part)
+
+    engine.schedule.copy_master_to_param_dtype = spy_copy
+    opt = optimizer(engine)
+    engine.prefetch_after(opt)
+    vocab = vocab_of(model)
+    out: dict = {"after_backward": [], "clip_added": []}
+    for step in range(2):
+        engine.schedule_log.clear()
+        loss_of(engine, batch(vocab, step, rank)).backward()
+        out["after_backward"].append(engine.schedule_log[-1])
+        before = len(engine.collective_log)
+        engine.clip_grad_norm_(MAX_NORM)
+        out["clip_added"].append(engine.collective_log[before:])
+        opt.step()
+    out["copies"] = copies
+    return out
+
+
 def train_accum(name: str, rank: int, micro: int) -> dict:
     """One step of `micro` micro-batches of one sequence each, from the same BATCH tokens."""
     model = build(name)
@@ -272,10 +301,10 @@ def train_ckpt(name: str, rank: int, n: int) -> dict:
     return {"grads": engine.full_grad_dict(), "log": list(engine.collective_log)}
 
 
-def train_ends_shared(name: str, rank: int) -> dict:
-    """The `ends_shared` buffer plan: 3 steps with clipping, then 4 accumulated micro-batches."""
+def train_plan(name: str, rank: int, plan: str) -> dict:
+    """A named buffer plan: 3 steps with clipping, then 4 accumulated micro-batches."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan="ends_shared")
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan=plan)
     opt = optimizer(engine)
     vocab = vocab_of(model)
     out: dict = {"losses": [], "norms": [], "logs": [], "plan": engine.buffer_plan}
@@ -296,7 +325,7 @@ def train_ends_shared(name: str, rank: int) -> dict:
     model = build(name)
     engine = YaFSDP(
         model, units_of(model), param_dtype=torch.float32, grad_accum_steps=BATCH,
-        buffer_plan="ends_shared",
+        buffer_plan=plan,
     )  # fmt: skip
     tokens = batch(vocab, 0, rank)
     for m in range(BATCH):
@@ -324,8 +353,10 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["bf16_prefetch"] = train_bf16(name, rank, torch.float32, prefetch=True)
         r["prefetch_wait"] = prefetch_then_wait(name, rank)
         r["accum"] = train_accum(name, rank, BATCH)
+        r["step_ends"] = step_ends(name, rank)
         r["ckpt"] = train_ckpt(name, rank, 2)
-        r["ends_shared"] = train_ends_shared(name, rank)
+        r["ends_shared"] = train_plan(name, rank, "ends_shared")
+        r["separate_ends"] = train_plan(name, rank, "separate_ends")
         r["n_units"] = len(engine.layout.units)
         out[name] = r
     return out

@@ -10,7 +10,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from harness.models.llama import build_model
 from harness.models.shapes import get_shape
 from tests.engine.models import GPT, build, units_of
-from yafsdp_impl import YaFSDP
+from yafsdp_impl import YaFSDP, byte_classes
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_llama2_70b_on_256_ranks_bytes_by_class(fake_world: int) -> None:
         # outputs, and the bf16 copy of the master shards that the gathers read.
         "staging": (big + res) * fp32 + (big // p + res // p) * fp32 + shards * bf16,
     }
-    got = engine.memory_report()
+    got = byte_classes(engine.memory_report())
     assert got == want
     assert sum(units) + resident == shape.num_params()
     gib = {k: round(b / 2**30, 2) for k, b in got.items()}
@@ -87,7 +87,7 @@ def test_llama3_8b_on_64_ranks_buffer_plan_is_layer_sized(fake_world: int) -> No
         }
 
     layer_sized = held(ends + 2 * layer, layer)
-    got = engine.memory_report()
+    got = byte_classes(engine.memory_report())
     assert engine.buffer_plan.name == "ends_shared"
     assert engine.buffer_plan.buffer_of == (0, *[1, 2] * (shape.n_layers // 2), 0)
     assert got == layer_sized
@@ -95,6 +95,55 @@ def test_llama3_8b_on_64_ranks_buffer_plan_is_layer_sized(fake_world: int) -> No
     saved = sum(largest_unit.values()) - sum(got.values())
     print(f"llama3_8b on {p} ranks: ends_shared saves {saved / 2**30:.2f} GiB per rank")
     assert saved > 0
+
+
+@pytest.mark.parametrize("fake_world", [64], indirect=True)
+def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
+    """With room for it, the embedding and the output keep a buffer each (separate_ends);
+    with a budget one byte short of that, the plan is ends_shared. Either way the engine
+    holds exactly the plan's arithmetic, and memory_report names the plan, its bytes, the
+    plan it was chosen over and the budget."""
+    p = fake_world
+    shape = get_shape("llama3_8b")
+    d, v = shape.dim, shape.vocab_size
+    units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
+    padded = [_padded(n, p) for n in units]
+    emb, out, layer = padded[0], padded[-1], max(padded[1:-1])
+    res = _padded(shape.n_layers * 2 * d + d, p)
+    shards = sum(padded) // p + res // p
+    bf16, fp32 = 2, 4
+
+    def held(buffers: int) -> dict[str, int]:
+        return {
+            "weights": (buffers + res) * bf16,
+            "grads": (buffers + res) * bf16,
+            "master": shards * fp32 * 2,
+            "staging": (layer + res) * fp32 + (layer // p + res // p) * fp32 + shards * bf16,
+        }
+
+    roomy, shared = held(emb + out + 2 * layer), held(max(emb, out) + 2 * layer)
+    for budget, want, plan, rejected in (
+        (sum(roomy.values()), roomy, "separate_ends", "ends_shared"),
+        (sum(roomy.values()) - 1, shared, "ends_shared", "separate_ends"),
+    ):
+        model = build_model(shape, device="meta")
+        units_of_model = [model.tok_embeddings, *model.layers, model.output]
+        engine = YaFSDP(model, units_of_model, device="meta", memory_budget_bytes=budget)
+        report = engine.memory_report()
+        assert byte_classes(report) == want, plan
+        assert report["buffer_plan"] == {
+            "name": plan,
+            "bytes": sum(want.values()),
+            "rejected": rejected,
+            "rejected_bytes": sum((shared if plan != "ends_shared" else roomy).values()),
+            "budget_bytes": budget,
+        }
+    layer_sized = (0, *[2, 3] * (shape.n_layers // 2), 1)
+    assert engine.buffer_plan.name == "ends_shared"
+    model = build_model(shape, device="meta")
+    roomy_engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output],
+                          device="meta", memory_budget_bytes=2**50)  # fmt: skip
+    assert roomy_engine.buffer_plan.buffer_of == layer_sized
 
 
 def test_tied_weights_are_refused(fake_world: int) -> None:

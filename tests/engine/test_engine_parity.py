@@ -289,10 +289,12 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     """End of backward, on the step's last micro-batch: weight buffers the backward has
     passed are lent as staging lanes, so the last units' reduce-scatters do not queue on the
     one staging buffer. Every reduce-scatter issued once unit 0's backward starts (and the
-    resident one) is issued before the first of them is waited; unit 2's goes out during
-    unit 0's backward; with ends_shared on llama_tiny the output unit's chunks go out as the
-    layers' backward starts (the output's weight buffer is free until unit 0 is gathered),
-    not at unit 0. The lanes are views into the weight buffers; results equal the reference."""
+    resident one) is issued before the first of them is waited; unit 2's goes out before the
+    end of backward, and on the GPT model with ends_shared (where no later unit uses unit 2's
+    buffer) already during unit 1's backward; with ends_shared on llama_tiny the output unit's chunks go out
+    as the layers' backward starts (the output's weight buffer is free until unit 0 is
+    gathered), not at unit 0. The lanes are views into the weight buffers; results equal
+    the reference."""
     ref = reference(name, ws)
     r = suite(ws)[0][name]
     assert r["lanes_inside_weight_buffers"] == [1, 1]  # fp32: each buffer is staging-sized
@@ -304,7 +306,10 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
         waits = [i for i, (op, u) in enumerate(log) if op == "wait_reduce_scatter"]
         first_wait = min(i for i in waits if log[i][1] in final_units)
         assert len(final) >= 3 and max(final) < first_wait
-        assert start < log.index(("reduce_scatter", "unit2")) < end
+        assert log.index(("backward", "unit1")) < log.index(("reduce_scatter", "unit2")) < end
+    if name == "gpt":  # lanes are free then: unit 2 goes out as unit 1's backward starts
+        shared = r["ends_shared"]["logs"][0]
+        assert shared.index(("reduce_scatter", "unit2")) < shared.index(("backward", "unit0"))
     if name == "llama_tiny":
         assert r["ends_shared"]["lanes"][0] >= 1  # the output's buffer lends a lane
         log = r["ends_shared"]["logs"][0]
@@ -401,6 +406,51 @@ def test_ends_shared_buffer_plan_matches_reference(ws: int, name: str) -> None:
         assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == chunks
     if name == "llama_tiny":  # its embedding and output outsize a layer
         assert chunks > 1
+
+
+@params
+@models
+def test_separate_ends_buffer_plan_matches_reference(ws: int, name: str) -> None:
+    """first and last units in a buffer each, the rest alternating two: the first unit stays
+    gathered from its forward to its backward, as do the output and the last two layers, so
+    a step makes 2U - 4 unit gathers and the norm one (2U - 2 with alternating buffers,
+    2U - 3 with ends_shared); losses, gradients, clip norms, weights after
+    three steps and accumulation all match the reference, and every rank's log is the same."""
+    ref = reference(name, ws)
+    runs = [r[name]["separate_ends"] for r in suite(ws)]
+    for rank, r in enumerate(runs):
+        n = len(r["plan"].buffer_of)
+        assert r["plan"].buffer_of[0] == 0 and r["plan"].buffer_of[-1] == 1
+        assert all(r["plan"].buffer_of[i] in (2, 3) for i in range(1, n - 1))
+        torch.testing.assert_close(r["losses"], [step[rank] for step in ref["losses"]], **FP32)
+        torch.testing.assert_close(r["norms"], ref["norms"], rtol=1e-6, atol=0)
+        assert_rel_close(r["final"], ref["final"], 1e-5)
+        assert r["logs"] == runs[0]["logs"]
+        for log in r["logs"]:
+            assert count(log, "all_gather") == 2 * n - 4 + 1
+            assert [e for e in log if e == ("all_gather", "unit0")] == [("all_gather", "unit0")]
+    assert_dicts_close(runs[0]["grads1"], ref["grads1"], **FP32)
+    assert_dicts_close(runs[0]["accum_grads"], ref["grads1"], **FP32)
+
+
+@params
+@models
+def test_the_step_opens_with_its_first_gathers_and_closes_with_the_norms_all_reduce(
+    ws: int, name: str
+) -> None:
+    """A step opens by copying to the param dtype only what its first gathers read (the
+    resident unit's and units 0 and 1's shards), issuing those three gathers, and only then
+    copying the other shards; after the optimizer step (prefetch_after) as at a forward.
+    It closes with the all-reduce of the gradients' squared norm, issued as the backward
+    ends (the last shard's norm known), so that clipping issues no collective of its own."""
+    r = suite(ws)[0][name]["step_ends"]
+    for k in range(0, len(r["copies"]), 2):
+        (first, log_a), (rest, log_b) = r["copies"][k : k + 2]
+        assert (first, rest) == ("first", "rest")
+        assert log_b[len(log_a) :] == [("all_gather", u) for u in ("resident", "unit0", "unit1")]
+    assert len(r["copies"]) == 2 * 3  # the first forward, then after each optimizer step
+    assert r["after_backward"] == [("all_reduce", "clip")] * 2
+    assert r["clip_added"] == [[], []]
 
 
 @params

@@ -9,6 +9,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from harness.models.llama import build_model
 from harness.plan.memory import MemoryCase, held_all_step
+from yafsdp_impl import byte_classes
 
 RELATIVE = 0.01
 
@@ -32,7 +33,7 @@ def test_yafsdp_llama2_70b_on_256_ranks(fake_world: int) -> None:
 
     model = build_model("llama2_70b", device="meta")
     engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output], device="meta")
-    laid_out = engine.memory_report()
+    laid_out = byte_classes(engine.memory_report())
     planned = _planned("llama2_70b", "yafsdp", fake_world)
     pairs = {
         "weights": planned["unsharded_weights"],
