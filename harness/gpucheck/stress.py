@@ -58,7 +58,7 @@ def slow_guarded_writes(engine: Any, sleep_cycles: int) -> None:
     """Before the compute stream writes the param-dtype master copy and the staging lanes
     (both read by collectives), fill them with NaN and sleep: a collective that does not
     wait for those writes gathers or reduces NaN."""
-    schedule, b = engine.schedule, engine.buffers
+    schedule = engine.schedule
     copy, reduce_scatter = schedule.copy_master_to_param_dtype, schedule._reduce_scatter
 
     def slow_copy(part: str = "all") -> None:

@@ -290,10 +290,10 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     passed are lent as staging lanes, so the last units' reduce-scatters do not queue on the
     one staging buffer. Every reduce-scatter issued once unit 0's backward starts (and the
     resident one) is issued before the first of them is waited; unit 2's goes out before the
-    end of backward, and on the GPT model with ends_shared (where no later unit uses unit 2's
-    buffer) already during unit 1's backward; with ends_shared on llama_tiny the output unit's chunks go out
-    as the layers' backward starts (the output's weight buffer is free until unit 0 is
-    gathered), not at unit 0. The lanes are views into the weight buffers; results equal
+    end of backward, and on the GPT model with ends_shared (where no later unit uses unit
+    2's buffer) already during unit 1's backward; with ends_shared on llama_tiny the output
+    unit's chunks go out as the layers' backward starts (the output's weight buffer is free
+    until unit 0 is gathered), not at unit 0. The lanes are views into the weight buffers; results equal
     the reference."""
     ref = reference(name, ws)
     r = suite(ws)[0][name]
