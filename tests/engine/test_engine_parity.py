@@ -293,8 +293,8 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     end of backward, and on the GPT model with ends_shared (where no later unit uses unit
     2's buffer) already during unit 1's backward; with ends_shared on llama_tiny the output
     unit's chunks go out as the layers' backward starts (the output's weight buffer is free
-    until unit 0 is gathered), not at unit 0. The lanes are views into the weight buffers; results equal
-    the reference."""
+    until unit 0 is gathered), not at unit 0. The lanes are views into the weight buffers;
+    results equal the reference."""
     ref = reference(name, ws)
     r = suite(ws)[0][name]
     assert r["lanes_inside_weight_buffers"] == [1, 1]  # fp32: each buffer is staging-sized
