@@ -140,6 +140,9 @@ class YaFSDP:
         )
 
         s = self.schedule
+        for views in grad_views[:-1]:  # the units' weights (the resident unit keeps its views)
+            for p, g in views:
+                p.register_post_accumulate_grad_hook(functools.partial(_arrived, s, g))
         module.register_forward_pre_hook(lambda m, a: s.on_root_forward())
         for i in range(len(units)):
             register_unit_hooks(
@@ -277,6 +280,10 @@ class YaFSDP:
             if not any(m is u for u in units):
                 raise ValueError(f"checkpointed module {type(m).__name__} is not a unit")
             m.forward = functools.partial(_checkpointed, m.forward)
+
+
+def _arrived(schedule: Schedule, view: torch.Tensor, param: nn.Parameter) -> None:
+    schedule.gradient_arrived(param, view)
 
 
 def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:

@@ -206,7 +206,7 @@ class Schedule:
         self._reduce_scatter_finished_units(i)  # buffers no later backward needs: at once
         self._reduce_scatter_while_lanes_free()  # early, where lent buffers make room
         self._wait_weights(i)
-        self.buffers.grad[k][: self.layout.units[i].padded_numel].zero_()
+        self._detach_grads(i)  # the first gradient of each weight is copied in, not added
         self.grads_waiting.add(i)
         self._open_range(f"yafsdp.backward.unit{i}")
 
@@ -293,6 +293,36 @@ class Schedule:
                 if p.grad is not g:
                     p.grad = g
 
+    # ---- a unit's gradients -------------------------------------------------------------
+    # A unit's `.grad` views are taken off as its backward starts: autograd then hands each
+    # weight's first gradient to `gradient_arrived`, which copies it into the unit's slice
+    # of the gradient buffer and puts the view back, so a second gradient of the same weight
+    # is added into it. The buffer is never zeroed and added to (two passes over it more):
+    # only the slices no gradient reached, and the padding, are zeroed before the buffer is
+    # read (`_complete_grads`).
+
+    def _detach_grads(self, i: int) -> None:
+        for p, _g in self.grad_views[i]:
+            p.grad = None
+
+    def gradient_arrived(self, param: nn.Parameter, view: torch.Tensor) -> None:
+        """Autograd's post-accumulate hook of a unit's weight."""
+        grad = param.grad
+        if grad is not None and grad is not view:  # its first gradient this backward
+            view.copy_(grad)
+            param.grad = view
+
+    def _complete_grads(self, i: int) -> None:
+        """Zero what no gradient reached in unit i's buffer slice (unused weights, padding)
+        and put every view back."""
+        unit = self.layout.units[i]
+        for p, g in self.grad_views[i]:
+            if p.grad is not g:
+                g.zero_()
+                p.grad = g
+        if unit.padded_numel > unit.numel:
+            self.buffers.grad[self.buffers.buffer_of[i]][unit.numel : unit.padded_numel].zero_()
+
     @torch.no_grad()
     def copy_master_to_param_dtype(self, part: str = "all") -> None:
         """The once-per-step param-dtype copy of the master shards that the gathers read:
@@ -362,6 +392,7 @@ class Schedule:
         b = self.buffers
         unit = self.layout.units[i]
         self.grads_waiting.discard(i)
+        self._complete_grads(i)
         p, shard = self.world_size, unit.shard_numel
         grad = b.grad[b.buffer_of[i]][: unit.padded_numel].view(p, shard)
         master_grad = b.master_grad[b.master_shard(unit)]

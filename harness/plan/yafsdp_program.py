@@ -15,8 +15,8 @@ the last, the end of backward, clipping). What the schedule issues becomes the p
   param-dtype copy of the master) is a kernel on the compute stream, with the bytes it
   reads and writes;
 - between the hooks run the units' forward and backward, and after each unit's backward
-  autograd's in-place accumulation of its weight gradients into the gradient buffer
-  (`.grad` is preset to a view of it: one add per element, reading and writing it).
+  the copy of each weight's gradient into the gradient buffer (the engine's
+  post-accumulate hook: one read and one write per element).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def skeleton(
         buffers,
         recorder,  # type: ignore[arg-type]
         grad_accum_steps=grad_accum,
-        grad_views=[],
+        grad_views=[[] for _ in range(len(layout.units) + 1)],  # no weights: no views
         at_backward_end=ends.append,
     )
     with torch.no_grad(), _engine_ops(recorder):
@@ -183,9 +183,9 @@ def yafsdp_program(
             i = event[1]
             part = (costs.forward if kind == "forward" else costs.backward)[i]
             prog.compute(part, f"{kind}.{names[i]}", names[i], waits=waits())
-        elif kind == "accumulate":
+        elif kind == "accumulate":  # each weight's gradient copied into the buffer
             if buffers_on:
-                prog.memory(3 * ctx.param_bytes * event[1], TERM, "accumulate",
+                prog.memory(2 * ctx.param_bytes * event[1], TERM, "grad_copy",
                             unit=names[event[2]])  # fmt: skip
         elif kind == "optimizer":
             flush()

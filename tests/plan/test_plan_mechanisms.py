@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.models.shapes import get_shape
 from harness.plan.mechanisms import MECHANISMS, applicable
 from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, simulate
 from tests.plan.engine_capture import Kernel, fake_world, job, launched_by
@@ -85,16 +86,21 @@ def test_fsdp2_copies_in_and_out() -> None:
 
 
 def test_yafsdp_gradient_buffer_kernels() -> None:
-    """yafsdp zeroes a unit's gradient buffer before its backward, autograd adds each
-    weight's gradient into it in place, the buffer is copied into the fp32 staging, and
-    each reduced shard is added into the master gradient and divided."""
+    """yafsdp copies each weight's first gradient into its unit's gradient buffer (its
+    post-accumulate hook), copies the buffer into the fp32 staging, and adds each reduced
+    shard into the master gradient and divides it; the buffer is never zeroed whole."""
     ops = _real("yafsdp")
     engine = [k for k in ops if k.name in ("aten.zero_.default", "aten.add_.Tensor",
               "aten.copy_.default", "aten.div_.Tensor", "aten.linalg_vector_norm.default")
               and all(len(s) <= 2 for s, _ in k.shapes)]  # fmt: skip
-    accumulate = [k for k in engine
-                  if k.name == "aten.add_.Tensor" and k.shapes[0][1] == "bfloat16"]  # fmt: skip
-    assert accumulate, "autograd accumulates into the preset .grad views"
+    copies = [k for k in engine
+              if k.name == "aten.copy_.default" and k.shapes[0][1] == "bfloat16"]  # fmt: skip
+    assert copies, "each weight's gradient is copied into the gradient buffer"
+    shape = get_shape("llama_tiny")
+    smallest_unit = shape.layer_params() - 2 * shape.dim  # a layer without its norms
+    whole = [k for k in engine if k.name == "aten.zero_.default" and k.shapes[0][1] == "bfloat16"
+             and k.shapes[0][0][0] >= smallest_unit]  # fmt: skip
+    assert whole == [], "no gradient buffer is zeroed whole"
     planned = _engine_bytes("yafsdp", "yafsdp_buffers")
     # the planner pads each unit; the resident norms' accumulation it leaves out (tiny)
     assert sum(planned) == pytest.approx(sum(k.nbytes for k in engine), rel=0.02)
