@@ -74,6 +74,16 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
             f"engine.sync_every_micro_batch=false is offered by fsdp2 only, not "
             f"{cfg.engine.name}; drop it, or use engine=fsdp2"
         )
+    if cfg.engine.memory_budget_gb < 0:
+        errors.append(
+            f"engine.memory_budget_gb={cfg.engine.memory_budget_gb} must be 0 (the device's "
+            "memory less the rest of the step) or a budget in GiB"
+        )
+    elif cfg.engine.memory_budget_gb and cfg.engine.name != "yafsdp":
+        errors.append(
+            f"engine.memory_budget_gb is yafsdp's buffer-plan budget, not {cfg.engine.name}'s; "
+            "drop it, or use engine=yafsdp"
+        )
     for field, value in (("dtype", cfg.dtype), ("engine.reduce_dtype", cfg.engine.reduce_dtype)):
         if value not in DTYPES:
             errors.append(f"{field}={value!r} is unknown; choose one of: {', '.join(DTYPES)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from harness.config import JobConfig
@@ -14,6 +15,7 @@ from harness.engines.registry import BASELINES, ENGINES, REFERENCE, YAFSDP
 from harness.models.shapes import get_shape
 from tests.distributed import run_on_ranks
 from tests.harness.training import short_job, train_jobs
+from tests.plan.engine_capture import fake_world
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
@@ -100,3 +102,40 @@ def test_fsdp2_no_sync_variant_is_fsdp2_only() -> None:
     cfg = JobConfig(engine=ENGINES["fsdp2"].config())
     cfg.engine.sync_every_micro_batch = False
     assert validation_errors(cfg) == []
+
+
+def test_a_memory_budget_is_yafsdps_and_not_negative() -> None:
+    from harness.validate import validation_errors
+
+    cfg = JobConfig(engine=ENGINES["fsdp2"].config())
+    cfg.engine.memory_budget_gb = 10
+    (error,) = validation_errors(cfg)
+    assert "engine.memory_budget_gb" in error and "engine=yafsdp" in error
+    cfg = JobConfig(engine=ENGINES[YAFSDP].config())
+    cfg.engine.memory_budget_gb = -1
+    (error,) = validation_errors(cfg)
+    assert "engine.memory_budget_gb=-1" in error and "GiB" in error
+    cfg.engine.memory_budget_gb = 10
+    assert validation_errors(cfg) == []
+
+
+def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
+    """A budget the separate_ends plan fits gives it; one far below gives the smaller plan
+    (on llama_tiny, whose ends are barely larger than a layer: alternating buffers); the
+    engine settings say which, with the plan it was chosen over."""
+    from harness.engines.base import RunContext, wrap_model
+    from harness.models.build import build_job_model
+
+    seen = {}
+    with fake_world(2):
+        for budget_gb, want in ((100, "separate_ends"), (0.001, "alternating")):
+            cfg = JobConfig(engine=ENGINES[YAFSDP].config(), gpus=2, dtype="fp32")
+            cfg.engine.memory_budget_gb = budget_gb
+            ctx = RunContext.of_job(cfg, rank=0, world_size=2, device=torch.device("cpu"))
+            assert ctx.memory_budget_bytes == int(budget_gb * 2**30)
+            model, _ = build_job_model(cfg.model, cfg.model_impl)
+            wrapped = wrap_model(model, ctx)
+            plan = wrapped.settings["buffer_plan"]
+            assert plan.startswith(want) and "budget" in plan and "over " in plan
+            seen[want] = plan
+    assert len(seen) == 2
