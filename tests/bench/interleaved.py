@@ -19,6 +19,7 @@ from harness.engines.registry import ENGINES
 from harness.memory import cpu_peak_allocated
 from harness.models.build import build_job_model, decoder_parts
 from harness.train_step import build_optimizer, train_step
+from tests.bench.engine_revision import wrap_at
 
 # label -> (engine label, model_impl)
 Runs = dict[str, tuple[str, str]]
@@ -32,11 +33,12 @@ def interleaved_step_times(
     rounds: int,
     warmup: int,
     dtype: str = JobConfig.dtype,
-) -> dict[str, float]:
-    """Median step time (slowest rank) per engine over `rounds` rounds of one step each."""
-    runs = {label: (label, "native") for label in ENGINES}
-    measured = interleaved_runs(rank, world_size, model, seq_len, rounds, warmup, dtype, runs)
-    return {label: m["step_s"] for label, m in measured.items()}
+    revisions: tuple[str, ...] = (),
+) -> dict[str, dict[str, float]]:
+    """Per engine (and `yafsdp@<rev>` per revision), `interleaved_runs`' figures."""
+    labels = [*ENGINES, *(f"yafsdp@{rev}" for rev in revisions)]
+    runs = {label: (label, "native") for label in labels}
+    return interleaved_runs(rank, world_size, model, seq_len, rounds, warmup, dtype, runs)
 
 
 def interleaved_runs(
@@ -51,13 +53,16 @@ def interleaved_runs(
     step_memory: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Per run: `step_s`, the median step time (slowest rank) over `rounds` rounds of one
-    step each; with step_memory, also `step_peak_bytes`, the most a step allocated above
-    what was held before it (activations, gathered weights, gradients, transients; the
-    largest rank's), from one more step under the profiler's memory tracking."""
+    step each, and `other_threads_cpu_s`, the median CPU time a rank's threads other than
+    the main one (gloo's) spent in a step (the largest rank's); with step_memory, also
+    `step_peak_bytes`, the most a step allocated above what was held before it
+    (activations, gathered weights, gradients, transients; the largest rank's), from one
+    more step under the profiler's memory tracking."""
     job = JobConfig(model=model, seq_len=seq_len, dtype=dtype)  # else a job's defaults
     wrapped_runs = {}
     vocab = 0
     for label, (engine, impl) in runs.items():
+        engine, _, revision = engine.partition("@")
         ctx = RunContext.of_job(
             replace(job, engine=ENGINES[engine].config()),
             rank=rank,
@@ -67,17 +72,19 @@ def interleaved_runs(
         module, shape = build_job_model(model, impl)
         vocab = shape.vocab_size
         checkpoint_first_layers(decoder_parts(module).layers, job.ckpt_layers)
-        wrapped = wrap_model(module, ctx)
+        wrapped = wrap_at(revision, module, ctx) if revision else wrap_model(module, ctx)
         optimizer = build_optimizer(wrapped.params, lr=job.lr, impl=job.adamw_impl)
         wrapped_runs[label] = (wrapped, optimizer)
 
     gen = torch.Generator().manual_seed(rank)
 
-    def step(label: str) -> float:
+    def step(label: str) -> tuple[float, float]:
+        """The step's wall time (slowest rank), and the CPU time this rank's other threads
+        (gloo's) spent during it (the largest rank's)."""
         wrapped, opt = wrapped_runs[label]
         tokens = torch.randint(0, vocab, (job.micro_batch, seq_len + 1), generator=gen)
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
         train_step(
             wrapped,
             opt,
@@ -85,20 +92,27 @@ def interleaved_runs(
             grad_accum=job.grad_accum,
             clip_grad_norm=job.clip_grad_norm,
         )
-        elapsed = torch.tensor(time.perf_counter() - start)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        return elapsed.item()
+        main = time.thread_time() - main
+        measured = torch.tensor([time.perf_counter() - start, time.process_time() - cpu - main])
+        dist.all_reduce(measured, op=dist.ReduceOp.MAX)
+        return measured[0].item(), measured[1].item()
 
-    times: dict[str, list[float]] = {label: [] for label in wrapped_runs}
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label in wrapped_runs}
     for r in range(warmup + rounds):
         for label in wrapped_runs:
             t = step(label)
             if r >= warmup:
                 times[label].append(t)
-    out = {label: {"step_s": statistics.median(ts)} for label, ts in times.items()}
+    out = {
+        label: {
+            "step_s": statistics.median(t for t, _ in ts),
+            "other_threads_cpu_s": statistics.median(c for _, c in ts),
+        }
+        for label, ts in times.items()
+    }
     if step_memory:
         for label in wrapped_runs:
-            _, peak = cpu_peak_allocated(lambda label=label: step(label))
+            _, peak = cpu_peak_allocated(lambda label=label: step(label)[0])
             largest = torch.tensor(float(peak))
             dist.all_reduce(largest, op=dist.ReduceOp.MAX)
             out[label]["step_peak_bytes"] = largest.item()
