@@ -26,7 +26,7 @@ from harness.models.shapes import (
     is_hf_config,
     shape_of,
 )
-from harness.slurm.resources import node_split_error
+from harness.node_split import node_split_error
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
 # fp32 master weight, fp32 gradient, two fp32 AdamW moments, and a bf16 shard copy.

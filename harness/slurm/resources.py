@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.node_split import node_split_error
+
 
 class ShapeError(ValueError):
     """The job's GPU count cannot be laid out on nodes; the message says what to change."""
@@ -23,20 +25,6 @@ class JobShape:
     @property
     def world_size(self) -> int:
         return self.nodes * self.tasks_per_node
-
-
-def node_split_error(gpus: int, gpus_per_node: int) -> str | None:
-    """Why `gpus` ranks cannot be laid out on nodes of `gpus_per_node`, or None if they can.
-    The one home of this rule: validation and the SLURM shape both ask it."""
-    if gpus <= gpus_per_node or gpus % gpus_per_node == 0:
-        return None
-    lower = gpus // gpus_per_node * gpus_per_node
-    upper = lower + gpus_per_node
-    return (
-        f"gpus={gpus} does not split into whole nodes of gpus_per_node={gpus_per_node}: "
-        f"use gpus={lower} or gpus={upper} (a multiple of gpus_per_node), at most "
-        f"gpus={gpus_per_node} for one node, or set gpus_per_node to a divisor of {gpus}"
-    )
 
 
 def job_shape(gpus: int, gpus_per_node: int, *, request_gpus: bool) -> JobShape:
