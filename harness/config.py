@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.models.shapes import is_hf_config
+
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "nccl", "gloo")
@@ -12,6 +14,9 @@ BACKENDS = ("auto", "nccl", "gloo")
 ADAMW_IMPLS = ("fused", "foreach", "for-loop")
 # native: harness.models.llama; hf: the transformers causal LM of the same config.
 MODEL_IMPLS = ("native", "hf")
+# model_impl's default, resolved when the config is built: hf for an `hf:<path>` model (only
+# transformers can build it), native for a preset. A job's recorded config never holds it.
+MODEL_IMPL_AUTO = "auto"
 
 
 @dataclass(kw_only=True)
@@ -117,7 +122,7 @@ FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
 @dataclass(kw_only=True)
 class JobConfig:
     model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>
-    model_impl: str = "native"  # one of MODEL_IMPLS; an hf: model needs hf
+    model_impl: str = MODEL_IMPL_AUTO  # one of MODEL_IMPLS; an hf: model implies hf
     engine: EngineConfig = field(default_factory=EngineConfig)
     gpus: int = 2  # world size: GPUs, or ranks on CPU
     seq_len: int = 128
@@ -147,6 +152,10 @@ class JobConfig:
     quiet: bool = False  # console: only the end-of-sweep summary
     verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
     dry_run: bool = False  # validate and print the job, start nothing
+
+    def __post_init__(self) -> None:
+        if self.model_impl == MODEL_IMPL_AUTO:
+            self.model_impl = "hf" if is_hf_config(self.model) else "native"
 
 
 def config_from_dict(data: dict[str, Any]) -> JobConfig:

@@ -45,8 +45,9 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
         )
     elif is_hf_config(cfg.model) and cfg.model_impl != "hf":
         errors.append(
-            f"model={cfg.model!r} is a Hugging Face config, which only transformers can build; "
-            "add model_impl=hf"
+            f"model={cfg.model!r} is a Hugging Face config, which only transformers can build, "
+            f"but model_impl={cfg.model_impl} was given; drop model_impl (an hf: model implies "
+            "model_impl=hf), or add model_impl=hf in its place"
         )
     elif cfg.model_impl == "hf":
         from harness.models.hf import transformers_missing
@@ -57,7 +58,7 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     if cfg.model not in MODEL_SHAPES and not is_hf_config(cfg.model):
         errors.append(
             f"model={cfg.model!r} is unknown; choose one of: {', '.join(MODEL_SHAPES)}, "
-            f"or {HF_CONFIG_PREFIX}<path to a Hugging Face config.json> with model_impl=hf"
+            f"or {HF_CONFIG_PREFIX}<path to a Hugging Face config.json>"
         )
     if cfg.engine.name not in ADAPTER_NAMES:
         errors.append(
