@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from yafsdp_impl import annotation_names as names
+
 # Norm weights and parameters outside every unit: gathered and reduced once per step.
-RESIDENT = "resident"
+RESIDENT = names.RESIDENT
 
 
 def is_norm(module: nn.Module) -> bool:
@@ -123,7 +125,8 @@ def build_layout(root: nn.Module, units: list[nn.Module], world_size: int) -> La
     master_offset = 0
     for i, unit_slots in enumerate(slots):
         numel = sum(s.numel for s in unit_slots)
-        lay = UnitLayout(i, f"unit{i}", unit_slots, numel, _padded(numel, world_size), world_size)
+        padded = _padded(numel, world_size)
+        lay = UnitLayout(i, names.unit_name(i), unit_slots, numel, padded, world_size)
         lay.master_offset = master_offset
         master_offset += lay.shard_numel
         layouts.append(lay)
