@@ -20,13 +20,13 @@ import logging
 import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.config import FIELDS_ADDED_LATER
+from harness.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 from harness.job_dir import RESULT_FILE
 from harness.result import (
     SCALAR_KINDS,
@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 
 RESULTS_CSV = "results.csv"
 
-# What identifies a grid point; matched jobs share all of these and differ in `engine`.
-POINT_COLUMNS = ["model", "gpus", "seq_len", "ckpt_layers"]
-SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed", "model_impl"]
-MATCH_COLUMNS = POINT_COLUMNS + SETTING_COLUMNS
 CONFIG_COLUMNS = [*MATCH_COLUMNS, "warmup_steps", "steps", "device"]
 ENV_COLUMNS = [
     "torch",
@@ -71,43 +67,6 @@ ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
 CONFIG_PREFIX = "config."
 LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
-
-
-@dataclass(frozen=True)
-class Setting:
-    """How a grid point was trained (SETTING_COLUMNS), plus `variant`: the other config
-    fields that vary between the jobs shown ("lr=0.01"), so that no job hides another."""
-
-    micro_batch: Any
-    grad_accum: Any
-    dtype: Any
-    seed: Any
-    model_impl: Any
-    variant: str = ""
-
-    def label(self) -> str:
-        """`micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native` plus the
-        variant, if any."""
-        label = ", ".join(f"{c}={getattr(self, c)}" for c in SETTING_COLUMNS)
-        return f"{label}, {self.variant}" if self.variant else label
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """What matched jobs share (POINT_COLUMNS and the setting); they differ in `engine`."""
-
-    model: Any
-    gpus: Any
-    seq_len: Any
-    ckpt_layers: Any
-    setting: Setting
-
-    @classmethod
-    def of(cls, values: dict[str, Any], variant: str = "") -> GridPoint:
-        """The point of a job whose MATCH_COLUMNS are `values`."""
-        values = {**FIELDS_ADDED_LATER, **{k: v for k, v in values.items() if v is not None}}
-        setting = Setting(**{c: values.get(c) for c in SETTING_COLUMNS}, variant=variant)
-        return cls(**{c: values.get(c) for c in POINT_COLUMNS}, setting=setting)
 
 
 def _is_scalar(value: Any) -> bool:

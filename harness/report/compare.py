@@ -15,8 +15,9 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
+from harness.grid_point import MATCH_COLUMNS, GridPoint
 from harness.models.shapes import MODEL_SHAPES
-from harness.results import CONFIG_PREFIX, MATCH_COLUMNS, GridPoint
+from harness.results import CONFIG_PREFIX
 from harness.resume import is_neutral
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
@@ -96,9 +97,7 @@ def engine_rank(label: str) -> tuple[int, str]:
 
 def match_key(row: pd.Series) -> GridPoint:
     """The grid point (and setting, and variant) of a job's row."""
-    return GridPoint.of(
-        {c: as_int(value(row, c)) for c in MATCH_COLUMNS}, value(row, VARIANT) or ""
-    )
+    return GridPoint.of({c: value(row, c) for c in MATCH_COLUMNS}, value(row, VARIANT) or "")
 
 
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:

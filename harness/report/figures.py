@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.grid_point import GridPoint  # noqa: E402
 from harness.report.compare import (  # noqa: E402
     Speedup,
     engine_rank,
@@ -19,7 +20,6 @@ from harness.report.compare import (  # noqa: E402
     sort_jobs,
     value,
 )
-from harness.results import GridPoint  # noqa: E402
 
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:

@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.grid_point import MATCH_COLUMNS, GridPoint, Setting
 from harness.report import figures
-from harness.report.compare import sort_jobs, with_variants
-from harness.report.sections import (
+from harness.report.compare import sort_jobs, value, with_variants
+from harness.report.jobs import ReportJobs
+from harness.report.pictures import (
     Pictures,
-    ReportJobs,
     Timeline,
     job_timeline_caption,
-    render_markdown,
     sweep_timeline_caption,
 )
-from harness.results import Setting, collect_results
+from harness.report.sections import render_markdown
+from harness.results import collect_results
+from harness.trace.timeline import TIMELINE_DIR, sweep_timelines
 
 REPORT_FILE = "report.md"
 
@@ -91,22 +93,31 @@ def _draw_memory(report: ReportJobs, out_dir: Path) -> str | None:
 
 
 def _copy_timelines(report: ReportJobs, out_dir: Path) -> list[Timeline]:
-    """Every job's and sweep's timeline pictures, copied beside the report."""
-    found: list[tuple[str, Path]] = []
+    """Every job's and sweep's timeline pictures, copied beside the report; a sweep's are
+    captioned by the grid point its timeline index says each shows."""
+    found: list[tuple[str, Path, GridPoint | None]] = []
     for _, row in sort_jobs(report.jobs).iterrows():
         job = Path(row["sweep"]) / row["job_dir"]
         pngs = sorted({*job.glob("*.png"), *job.glob("traces/*.png")})
-        found += [(job_timeline_caption(row, p.name), p) for p in pngs]
+        found += [(job_timeline_caption(row, p.name), p, None) for p in pngs]
+    all_jobs = report.all_jobs
     for sweep in report.sweeps:
-        pngs = sorted((Path(sweep) / "timelines").glob("*.png"))
-        found += [(sweep_timeline_caption(p.name), p) for p in pngs]
+        jobs = all_jobs[all_jobs["sweep"] == str(sweep)] if not all_jobs.empty else all_jobs
+        points = [GridPoint.of({c: value(r, c) for c in MATCH_COLUMNS}) for _, r in jobs.iterrows()]
+        shown = sweep_timelines(sweep, points)
+        for png in sorted((Path(sweep) / TIMELINE_DIR).glob("*.png")):
+            point = shown.get(png.name)
+            caption = sweep_timeline_caption(
+                point, png.name, several_settings=report.several_settings
+            )
+            found.append((caption, png, point))
     if not found:
         return []
     dest_dir = out_dir / "timelines"
     dest_dir.mkdir(parents=True, exist_ok=True)
     copied = []
-    for i, (caption, src) in enumerate(found):
+    for i, (caption, src, point) in enumerate(found):
         dest = dest_dir / f"{i:03d}_{re.sub(r'[^A-Za-z0-9._-]+', '_', src.name)}"
         shutil.copyfile(src, dest)
-        copied.append(Timeline(caption, src.name, dest.relative_to(out_dir).as_posix()))
+        copied.append(Timeline(caption, src.name, dest.relative_to(out_dir).as_posix(), point))
     return copied

@@ -7,9 +7,6 @@ beforehand and arrive here as links.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 
 import pandas as pd
 
@@ -21,16 +18,13 @@ from harness.report.compare import (
     YAFSDP,
     LossParity,
     Speedup,
-    loss_parity,
-    match_key,
     point_label,
-    select_runs,
-    sort_jobs,
-    speedups,
     value,
 )
 from harness.report.engine_setup import engine_setup_table
+from harness.report.jobs import ReportJobs
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
+from harness.report.pictures import Pictures, timelines
 from harness.report.tables import (
     FLAG,
     PREDICTION_FLAG,
@@ -44,8 +38,6 @@ from harness.report.tables import (
     throughput_table,
     timing_table,
 )
-from harness.results import Setting
-from harness.trace.timeline import parse_sweep_timeline_name
 
 NOISE_LEGEND = (
     "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time. "
@@ -55,86 +47,6 @@ NOISE_LEGEND = (
     f"status ({', '.join(f'`{c}`' for c in STATUS_CELL.values())}); `—` means no such job "
     "in the sweep."
 )
-
-
-@dataclass
-class ReportJobs:
-    """What the report is about: every job found, and the one chosen per (point, engine)."""
-
-    all_jobs: pd.DataFrame
-    sweeps: list[Path]
-    problems: list[str] = field(default_factory=list)  # result files left out, and why
-
-    @cached_property
-    def _selected(self) -> tuple[pd.DataFrame, list[str]]:
-        return select_runs(self.all_jobs)
-
-    @property
-    def jobs(self) -> pd.DataFrame:
-        """One job per (grid point, engine)."""
-        return self._selected[0]
-
-    @property
-    def repeats(self) -> list[str]:
-        """Which job was chosen where one ran more than once."""
-        return self._selected[1]
-
-    @cached_property
-    def parity(self) -> list[LossParity]:
-        return loss_parity(self.jobs) if not self.jobs.empty else []
-
-    @cached_property
-    def settings(self) -> list[Setting]:
-        """The settings of the chosen jobs, in README order."""
-        return settings_of(self.jobs)
-
-    @cached_property
-    def several_settings(self) -> bool:
-        return len(settings_of(self.all_jobs)) > 1 if not self.all_jobs.empty else False
-
-    def baselines(self) -> list[str]:
-        """The FSDP baselines that ran, in table order."""
-        df = self.jobs
-        return [b for b in BASELINES if not df.empty and (df["engine"] == b).any()]
-
-    def speedup_tables(self, baseline: str) -> list[tuple[Setting, list[Speedup]]]:
-        """The published table's rows for `baseline`, one list per setting that has any."""
-        parity = self.parity
-        out = []
-        for setting in self.settings:
-            rows = speedups(in_setting(self.jobs, setting), baseline, parity)
-            if rows:
-                out.append((setting, rows))
-        return out
-
-
-def settings_of(df: pd.DataFrame) -> list[Setting]:
-    seen: list[Setting] = []
-    for _, row in sort_jobs(df).iterrows():
-        s = match_key(row).setting
-        if s not in seen:
-            seen.append(s)
-    return seen
-
-
-def in_setting(df: pd.DataFrame, setting: Setting) -> pd.DataFrame:
-    return df[[match_key(r).setting == setting for _, r in df.iterrows()]]
-
-
-@dataclass(frozen=True)
-class Timeline:
-    caption: str
-    name: str  # the picture's file name where the job left it
-    link: str  # relative to report.md
-
-
-@dataclass(frozen=True)
-class Pictures:
-    """Links, relative to report.md, of the pictures build_report wrote."""
-
-    speedup: dict[tuple[str, Setting], str] = field(default_factory=dict)
-    memory: str | None = None
-    timelines: list[Timeline] = field(default_factory=list)
 
 
 def header(r: ReportJobs) -> list[str]:
@@ -377,32 +289,6 @@ def parity_text(p: LossParity) -> str:
     return (
         f"largest |Δloss| {p.max_abs_diff:.3g} at step {p.at_step} "
         f"({p.rel_diff:.2e} relative > tolerance {p.rtol:.0e})"
-    )
-
-
-def timelines(pictures: Pictures) -> list[str]:
-    blocks = ["## Timelines"]
-    if not pictures.timelines:
-        return [*blocks, "No timeline pictures in these sweeps (profiling off or no trace drawn)."]
-    blocks.append(
-        "Drawn from the profiled steps' traces (one lane per rank and stream: compute, "
-        "communication). Copied here from the job directories."
-    )
-    return blocks + [f"**{t.caption}**\n\n![{t.name}]({t.link})" for t in pictures.timelines]
-
-
-def job_timeline_caption(row: pd.Series, file_name: str) -> str:
-    return f"{point_label(match_key(row))}, {row['engine']}: `{file_name}`"
-
-
-def sweep_timeline_caption(file_name: str) -> str:
-    point = parse_sweep_timeline_name(file_name)
-    if point is None:
-        return f"sweep timeline `{file_name}`"
-    return (
-        f"{point['model']}, {point['gpus']} GPUs, seq-len {point['seq_len']}, "
-        f"{point['ckpt_layers']} checkpointed layers: every engine, one profiled step on the "
-        "same time scale"
     )
 
 

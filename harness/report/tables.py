@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from harness.grid_point import GridPoint
 from harness.report.compare import (
     MISSING,
     STATUS_CELL,
@@ -27,7 +28,7 @@ from harness.report.compare import (
 )
 from harness.report.figures import primary_memory
 from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
-from harness.results import PROFILE_PREFIX, GridPoint
+from harness.results import PROFILE_PREFIX
 
 PUBLISHED_HEADER = [
     "model",

@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from sweep_fixtures import write_job
 
+from harness.grid_point import GridPoint
 from harness.report import build_report
 from harness.report.__main__ import main
 from harness.report.compare import Speedup, model_display
+from harness.trace.timeline import write_timeline_index
 
 HEADER = (
     "| model | gpu-count | seq-len | num-ckpt-layers | speedup | YaFSDP iteration time (s) "
@@ -243,7 +245,10 @@ def test_figures_and_timelines_are_embedded_with_relative_links(
     (sweep / "timelines").mkdir()
     png = (sweep / "0/traces/timeline.png").read_bytes()
     (sweep / "timelines" / "overview.png").write_bytes(png)
-    (sweep / "timelines" / "llama_tiny_g2_s128_c1.png").write_bytes(png)  # as a sweep names it
+    # as a sweep draws it: the picture, and the index that says which grid point it shows
+    (sweep / "timelines" / "llama_tiny_g2_s128_c1.png").write_bytes(png)
+    point = GridPoint.of(dict(model="llama_tiny", gpus=2, seq_len=128, ckpt_layers=1))
+    write_timeline_index(sweep, {point: "llama_tiny_g2_s128_c1.png"})
     out = tmp_path / "out"
     text = build_report([sweep], out).read_text()
     links = [ln.split("](")[1].rstrip(")") for ln in text.splitlines() if ln.startswith("![")]
