@@ -1,13 +1,15 @@
 """Aggregate a sweep's job directories into one table (`results.csv`), without torch.
 
-One row per job: grid coordinates, engine label, status and error, every scalar metric,
-the loss curve (JSON), the overlap summary of its traces, the environment, the job
-directory, and the whole resolved config as `config.<field>` columns
-(`config.engine.label`, ...). Trace summaries are computed here from the trace files
-(cached beside each trace, see harness.trace.cache), not taken from result.json, so an
-analysis fix reaches old sweeps; a job whose traces are gone keeps the summary its
-result.json may hold. A result.json that cannot be trusted is not a row: it goes to
-`problems`, so the report can say which file was skipped and why.
+One row per job: grid coordinates, engine label, status and error, every metric, the
+overlap summary of its traces, the environment, the job directory, and the whole resolved
+config as `config.<field>` columns (`config.engine.label`, ...). In process a cell keeps
+what result.json holds (a loss curve is a list, the memory breakdown a dict); only the CSV
+export turns lists and dicts into JSON text, and `read_results_csv` turns them back.
+Trace summaries are computed here from the trace files (cached beside each trace, see
+harness.trace.cache), not taken from result.json, so an analysis fix reaches old sweeps; a
+job whose traces are gone keeps the summary its result.json may hold. A result.json that
+cannot be trusted is not a row: it goes to `problems`, so the report can say which file
+was skipped and why.
 
     python -m harness.results <sweep dir>     # (re)builds <sweep dir>/results.csv
 """
@@ -20,12 +22,14 @@ import logging
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.config import FIELDS_ADDED_LATER
+from harness.engines.registry import ENGINES
 from harness.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 from harness.job_dir import RESULT_FILE
 from harness.result import (
@@ -58,8 +62,8 @@ ENV_COLUMNS = [
     "git_revision",
     "threads_per_rank",
 ]
-# Metrics in the order Metrics declares them: scalars one column each, the rest (loss
-# curves, step times, the memory breakdown) as JSON text so that the CSV stays one row per job.
+# Metrics in the order Metrics declares them: scalars first, then the rest (loss curves,
+# step times, the memory breakdown), which the CSV holds as JSON text.
 METRIC_COLUMNS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] in SCALAR_KINDS]
 JSON_METRICS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] not in SCALAR_KINDS]
 # The engine's effective settings (result.json `engine_settings`), one JSON cell per job.
@@ -75,33 +79,31 @@ def _is_scalar(value: Any) -> bool:
 
 def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
     config = result.config
+    engine = engine_of(result)
     row: dict[str, Any] = {
         "job_dir": job_dir,
-        "engine": result.engine.get("label") or result.engine.get("name"),
-        "engine_name": result.engine.get("name"),
+        "engine": engine.get("label") or engine.get("name"),
+        "engine_name": engine.get("name"),
         "status": result.status,
         "error": result.error or "",
     }
     for key in CONFIG_COLUMNS:
         row[key] = config.get(key, FIELDS_ADDED_LATER.get(key))
-    for key, value in flatten(config).items():
-        row[CONFIG_PREFIX + key] = value if _is_scalar(value) else json.dumps(value)
+    recorded = {**config, "engine": engine} if "engine" in config else config
+    for key, value in flatten(recorded).items():
+        row[CONFIG_PREFIX + key] = value
 
-    for key, value in result.metrics.to_dict().items():
-        if key in JSON_METRICS or not _is_scalar(value):
-            row[key] = json.dumps(value)
-        else:
-            row[key] = value
+    row.update(result.metrics.to_dict())
     losses = result.metrics.losses or []
     row["final_loss"] = losses[-1] if losses else math.nan
-    row.setdefault("losses", json.dumps(losses))
+    row.setdefault("losses", losses)
 
     traced = Profile.from_dict(profile) if profile else (result.profile or Profile())
     for key, value in (traced.summary or {}).items():
         if _is_scalar(value):
             row[PROFILE_PREFIX + key] = value
     if traced.traces:
-        row[PROFILE_PREFIX + "traces"] = json.dumps(traced.traces)
+        row[PROFILE_PREFIX + "traces"] = traced.traces
     if traced.error:
         row[PROFILE_PREFIX + "error"] = traced.error
     if traced.warnings:
@@ -111,8 +113,24 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         if _is_scalar(value):
             row[key] = value
     if result.engine_settings is not None:
-        row[ENGINE_SETTINGS] = json.dumps(result.engine_settings)
+        row[ENGINE_SETTINGS] = result.engine_settings
     return row
+
+
+def engine_of(result: Result) -> dict[str, Any]:
+    """The job's engine config. One recorded as a bare label (`"engine": "yafsdp"`, in an
+    older or hand-written result) is the registry's config of that label, so that the job
+    is matched with the others at its grid point; a label the registry lacks is refused."""
+    label = result.config.get("engine")
+    if not isinstance(label, str):
+        return result.engine
+    if label not in ENGINES:
+        raise CorruptResultError(
+            f"config.engine={label!r} is no engine label of harness.engines.registry "
+            f"({', '.join(ENGINES)}); write the label of the engine the job ran, or "
+            "config.engine as the object a job records (name, label and settings)"
+        )
+    return asdict(ENGINES[label].config())
 
 
 def _ordered_columns(columns: list[str]) -> list[str]:
@@ -169,6 +187,8 @@ def collect_results(
         name = f"{job_dir}/{RESULT_FILE}"
         try:
             rows.append(_row(result, job_dir, profiles.get(job_path)))
+        except CorruptResultError as e:
+            found.append(f"unusable result file {name}: {e}")
         except (AttributeError, TypeError, IndexError) as e:  # valid JSON, odd shape inside
             found.append(f"corrupt result file {name}: unexpected layout ({e})")
     for hydra_dir in sorted(sweep_dir.rglob(".hydra")):
@@ -180,6 +200,8 @@ def collect_results(
     for message in found:
         log.warning("%s: %s", sweep_dir, message)
     df = pd.DataFrame(rows)
+    for column in df.columns.intersection(JSON_METRICS):  # None (recorded null), not NaN
+        df[column] = pd.Series([r.get(column, math.nan) for r in rows], dtype=object)
     if rows:
         df = df[_ordered_columns(list(df.columns))]
     else:
@@ -221,9 +243,49 @@ def _write_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> tuple[Path, p
         df = collect_results(sweep_dir)
     out = Path(sweep_dir) / RESULTS_CSV
     tmp = out.with_name(f".{RESULTS_CSV}.tmp")
-    df.to_csv(tmp, index=False)
+    to_csv(df, tmp)
     tmp.replace(out)  # a reader never sees a half-written table
     return out, df
+
+
+def to_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Export a results table: a list or dict becomes its JSON text, so the CSV keeps one
+    row per job (a typed list metric recorded as null is written `null`)."""
+    out = df.copy()
+    for column in out.select_dtypes(include="object").columns:
+        out[column] = [_csv_cell(column, v) for v in out[column]]
+    out.to_csv(path, index=False)
+    return Path(path)
+
+
+def _csv_cell(column: str, value: Any) -> Any:
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    if value is None and column in JSON_METRICS:
+        return "null"
+    return value
+
+
+def read_results_csv(path: Path) -> pd.DataFrame:
+    """A results.csv as the table `collect_results` returns: JSON text back to lists and
+    dicts (the JSON metrics, the engine settings, the trace list, list-valued config)."""
+    df = pd.read_csv(path)
+    decoded = {*JSON_METRICS, ENGINE_SETTINGS, PROFILE_PREFIX + "traces"}
+    for column in df.select_dtypes(include="object").columns:
+        if column in decoded or column.startswith(CONFIG_PREFIX):
+            df[column] = [_from_json(v, strict=column in decoded) for v in df[column]]
+    return df
+
+
+def _from_json(cell: Any, *, strict: bool) -> Any:
+    """A cell's JSON value; a config cell only where it holds a list or an object (a text
+    setting stays text)."""
+    if not isinstance(cell, str) or not (strict or cell.startswith(("[", "{"))):
+        return cell
+    try:
+        return json.loads(cell)
+    except json.JSONDecodeError:
+        return cell
 
 
 def write_results_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> Path:

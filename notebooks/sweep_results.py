@@ -20,13 +20,14 @@
 # (`python -m harness.results <sweep dir>` does the same).
 
 # %%
-import json
 import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
+
+from harness.results import read_results_csv, write_results_csv
 
 
 def repo_root() -> Path:
@@ -39,10 +40,8 @@ csv = SWEEP_DIR / "results.csv"
 if not csv.exists():
     if not any(SWEEP_DIR.rglob("result.json")):
         raise FileNotFoundError(f"no results.csv or result.json under {SWEEP_DIR}; set SWEEP_DIR")
-    from harness.results import write_results_csv
-
     csv = write_results_csv(SWEEP_DIR)
-df = pd.read_csv(csv)
+df = read_results_csv(csv)  # loss curves and other lists back as lists
 print(f"{csv}: {len(df)} jobs")
 display(df[["job_dir", "model", "gpus", "seq_len", "ckpt_layers", "engine", "status"]])
 
@@ -107,7 +106,7 @@ if not ok.empty:
     same = ok[(ok[POINT] == first).all(axis=1)]
     fig, ax = plt.subplots(figsize=(6, 3))
     for _, row in same.iterrows():
-        ax.plot(json.loads(row["losses"]), label=row["engine"], marker="o")
+        ax.plot(row["losses"], label=row["engine"], marker="o")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(", ".join(f"{k}={v}" for k, v in first.items()))

@@ -17,6 +17,7 @@ import pandas as pd
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
 from harness.grid_point import MATCH_COLUMNS, GridPoint
 from harness.models.shapes import MODEL_SHAPES
+from harness.result import Metrics, typed_fields
 from harness.results import CONFIG_PREFIX
 from harness.resume import is_neutral
 
@@ -64,6 +65,18 @@ def value(row: pd.Series | None, column: str) -> Any:
         return None
     v = row[column]
     return None if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)) else v
+
+
+METRICS = frozenset(f.name for f in typed_fields(Metrics))
+
+
+def metric(row: pd.Series | None, name: str) -> Any:
+    """The job's `name` metric (a field of harness.result.Metrics), or None where it was not
+    measured. A name that Metrics lacks raises, so a misspelt metric cannot pass for an
+    unmeasured one (a blank cell)."""
+    if name not in METRICS:
+        raise KeyError(f"{name!r} is not a metric: harness.result.Metrics has no such field")
+    return value(row, name)
 
 
 def as_int(v: Any) -> Any:
@@ -123,10 +136,15 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
             varying.append(column)
     df = df.copy()
     df[VARIANT] = [
-        ", ".join(f"{c[len(CONFIG_PREFIX) :]}={as_int(value(row, c))}" for c in varying)
+        ", ".join(f"{c[len(CONFIG_PREFIX) :]}={_shown(value(row, c))}" for c in varying)
         for _, row in df.iterrows()
     ]
     return df
+
+
+def _shown(v: Any) -> str:
+    """A config value as a variant names it: a list or dict as its JSON text."""
+    return json.dumps(v) if isinstance(v, (list, dict)) else str(as_int(v))
 
 
 def point_label(key: GridPoint) -> str:
@@ -160,10 +178,7 @@ def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def losses_of(row: pd.Series) -> list[float]:
-    raw = value(row, "losses")
-    if raw is None:
-        return []
-    losses = json.loads(raw) if isinstance(raw, str) else list(raw)
+    losses = metric(row, "losses") or []
     return [math.nan if x is None else float(x) for x in losses]
 
 
@@ -257,7 +272,7 @@ class Speedup:
 
 
 def _spread_s(row: pd.Series) -> float | None:
-    p10, p90 = value(row, "iteration_time_p10_s"), value(row, "iteration_time_p90_s")
+    p10, p90 = metric(row, "iteration_time_p10_s"), metric(row, "iteration_time_p90_s")
     if p10 is None or p90 is None:
         return None
     return float(p90) - float(p10)
@@ -273,7 +288,7 @@ def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[
         y, f = by_engine.get(YAFSDP), by_engine.get(baseline)
         s = spread = None
         if _ok(y) and _ok(f):
-            t_y, t_f = float(y["iteration_time_s"]), float(f["iteration_time_s"])
+            t_y, t_f = float(metric(y, "iteration_time_s")), float(metric(f, "iteration_time_s"))
             s = (t_f - t_y) / t_f * 100.0
             spread_y, spread_f = _spread_s(y), _spread_s(f)
             if spread_y is not None and spread_f is not None:
@@ -283,4 +298,4 @@ def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[
 
 
 def _ok(row: pd.Series | None) -> TypeGuard[pd.Series]:
-    return row is not None and row["status"] == "ok" and value(row, "iteration_time_s") is not None
+    return row is not None and row["status"] == "ok" and metric(row, "iteration_time_s") is not None

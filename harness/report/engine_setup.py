@@ -3,7 +3,6 @@ recorded them in result.json `engine_settings` (a pure function of the results t
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -66,11 +65,8 @@ def _run_lengths(values: list[str]) -> str:
     return ", ".join(parts)
 
 
-def _settings_of(raw: Any) -> dict[str, Any] | None:
-    if raw is None or (isinstance(raw, float) and pd.isna(raw)):
-        return None
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    return data if isinstance(data, dict) else None
+def _settings_of(cell: Any) -> dict[str, Any] | None:
+    return cell if isinstance(cell, dict) else None  # None or NaN: none recorded
 
 
 def engine_setup_table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:

@@ -16,9 +16,9 @@ from harness.report.compare import (  # noqa: E402
     Speedup,
     engine_rank,
     match_key,
+    metric,
     model_display,
     sort_jobs,
-    value,
 )
 
 
@@ -80,10 +80,10 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
 
 def primary_memory(row: pd.Series) -> tuple[float | None, str]:
     """The peak to compare engines by: the allocator's peak, else the process RSS."""
-    allocated = value(row, "peak_memory_allocated_bytes")
+    allocated = metric(row, "peak_memory_allocated_bytes")
     if allocated is not None:
         return float(allocated), "allocated"
-    rss = value(row, "peak_rss_bytes")
+    rss = metric(row, "peak_rss_bytes")
     if rss is not None:
         return float(rss), "RSS"
     return None, ""

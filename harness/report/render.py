@@ -24,7 +24,7 @@ from harness.report.pictures import (
     sweep_timeline_caption,
 )
 from harness.report.sections import render_markdown
-from harness.results import collect_results
+from harness.results import collect_results, to_csv
 from harness.trace.timeline import TIMELINE_DIR, sweep_timelines
 
 REPORT_FILE = "report.md"
@@ -65,7 +65,7 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
         timelines=_copy_timelines(report, out_dir),
     )
     text = render_markdown(report, pictures)
-    df.drop(columns=["job_label"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
+    to_csv(df.drop(columns=["job_label"], errors="ignore"), out_dir / "results.csv")
     path = out_dir / REPORT_FILE
     path.write_text(text)
     return path

@@ -18,8 +18,8 @@ from harness.report.compare import (
     YAFSDP,
     LossParity,
     Speedup,
+    metric,
     point_label,
-    value,
 )
 from harness.report.engine_setup import engine_setup_table
 from harness.report.jobs import ReportJobs
@@ -149,10 +149,7 @@ def why_block(rows: list[Speedup], baseline: str) -> list[str]:
 
 def predicted_terms(row: pd.Series) -> dict | None:
     """The job's recorded prediction with its terms, or None where it has no time."""
-    import json
-
-    raw = value(row, "predicted")
-    found = json.loads(raw) if isinstance(raw, str) else raw
+    found = metric(row, "predicted")
     if not isinstance(found, dict) or found.get("iteration_time_s") is None:
         return None
     if not found.get("breakdown"):

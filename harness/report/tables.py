@@ -7,7 +7,6 @@ point and engine.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 
@@ -22,6 +21,7 @@ from harness.report.compare import (
     Speedup,
     as_int,
     match_key,
+    metric,
     model_display,
     sort_jobs,
     value,
@@ -64,7 +64,7 @@ def time_cell(row: pd.Series | None) -> str:
         return MISSING
     if row["status"] != "ok":
         return STATUS_CELL.get(row["status"], str(row["status"]))
-    t = value(row, "iteration_time_s")
+    t = metric(row, "iteration_time_s")
     return fmt_time(float(t)) if t is not None else "no timing"
 
 
@@ -120,10 +120,7 @@ FLAG = "⚠"
 
 def predicted(row: pd.Series, key: str) -> float | None:
     """The planner's prediction for this job (result.json `metrics.predicted`), or None."""
-    raw = value(row, "predicted")
-    if not raw:
-        return None
-    record = json.loads(raw) if isinstance(raw, str) else raw
+    record = metric(row, "predicted")
     found = record.get(key) if isinstance(record, dict) else None  # null: no prediction
     return None if found is None else float(found)
 
@@ -143,11 +140,11 @@ def _setting(row: pd.Series, several_settings: bool) -> list[str]:
 
 def timing_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
     def cells(row: pd.Series) -> list[object]:
-        t = value(row, "iteration_time_s")
-        p10, p90 = value(row, "iteration_time_p10_s"), value(row, "iteration_time_p90_s")
+        t = metric(row, "iteration_time_s")
+        p10, p90 = metric(row, "iteration_time_p10_s"), metric(row, "iteration_time_p90_s")
         spread = f"{(p90 - p10) / t * 100:.1f}%" if None not in (t, p10, p90) and t else MISSING
-        steps = value(row, "step_times_s")
-        n = len(json.loads(steps)) if steps else None
+        steps = metric(row, "step_times_s")
+        n = len(steps) if steps else None
         guess = predicted(row, "iteration_time_s")
         return [
             fmt_time(t), fmt_time(p10), fmt_time(p90), spread, MISSING if n is None else n,
@@ -174,14 +171,14 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
         else:
             sign = "+" if peak >= ref else "-"
             diff = f"{sign}{fmt_bytes(abs(peak - ref))} ({(peak - ref) / ref * 100:+.1f}%)"
-        allocated = value(row, "peak_memory_allocated_bytes")
+        allocated = metric(row, "peak_memory_allocated_bytes")
         guess = predicted(row, "peak_memory_bytes")
         return [
             fmt_bytes(allocated),
-            fmt_bytes(value(row, "peak_memory_reserved_bytes")),
-            fmt_bytes(value(row, "device_memory_outside_allocator_bytes")),
-            fmt_bytes(value(row, "peak_rss_bytes")),
-            value(row, "memory_source") or MISSING,
+            fmt_bytes(metric(row, "peak_memory_reserved_bytes")),
+            fmt_bytes(metric(row, "device_memory_outside_allocator_bytes")),
+            fmt_bytes(metric(row, "peak_rss_bytes")),
+            metric(row, "memory_source") or MISSING,
             fmt_bytes(guess),
             prediction_error(allocated, guess, flag=True),
             diff,
@@ -194,12 +191,12 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
 
 def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
     def cells(row: pd.Series) -> list[object]:
-        mfu = value(row, "mfu")
-        peak = value(row, "peak_flops_per_device")
-        source = value(row, "peak_flops_source") or "source not recorded"
+        mfu = metric(row, "mfu")
+        peak = metric(row, "peak_flops_per_device")
+        source = metric(row, "peak_flops_source") or "source not recorded"
         return [
-            fmt_num(value(row, "tokens_per_s_per_device"), ",.1f"),
-            fmt_num(value(row, "tflops_per_device"), ".4g"),
+            fmt_num(metric(row, "tokens_per_s_per_device"), ",.1f"),
+            fmt_num(metric(row, "tflops_per_device"), ".4g"),
             MISSING if mfu is None else f"{float(mfu) * 100:.2f}%",
             MISSING if peak is None else f"{float(peak) / 1e12:.4g} ({source})",
         ]

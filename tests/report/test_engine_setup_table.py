@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from harness.report.engine_setup import compact, engine_setup_table
 
 
 def _row(engine: str, **settings: object) -> dict[str, object]:
-    return {"engine": engine, "engine_settings": json.dumps(settings)}
+    return {"engine": engine, "engine_settings": settings}
 
 
 def test_groups_and_flags_read_as_short_cells() -> None:

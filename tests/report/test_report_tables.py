@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -26,9 +25,9 @@ def test_timing_table_rows_per_finished_job_in_engine_order() -> None:
     df = pd.DataFrame(
         [
             job("fsdp1", iteration_time_s=2.0, iteration_time_p10_s=1.9,
-                iteration_time_p90_s=2.1, step_times_s=json.dumps([2.0] * 3)),
+                iteration_time_p90_s=2.1, step_times_s=[2.0] * 3),
             job("yafsdp", iteration_time_s=1.0,
-                predicted=json.dumps({"iteration_time_s": 1.25})),
+                predicted={"iteration_time_s": 1.25}),
             job("fsdp2", status="oom"),
         ]
     )  # fmt: skip
@@ -45,9 +44,9 @@ def test_memory_table_compares_with_yafsdp_at_the_same_point() -> None:
     df = pd.DataFrame(
         [
             job("yafsdp", peak_memory_allocated_bytes=100 * 2**20,
-                predicted=json.dumps({"peak_memory_bytes": 110 * 2**20})),
+                predicted={"peak_memory_bytes": 110 * 2**20}),
             job("fsdp2", peak_memory_allocated_bytes=150 * 2**20,
-                predicted=json.dumps({"peak_memory_bytes": 100 * 2**20})),
+                predicted={"peak_memory_bytes": 100 * 2**20}),
         ]
     )  # fmt: skip
     _, rows = memory_table(df)
