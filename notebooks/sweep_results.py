@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
+from harness.grid_point import POINT_COLUMNS as POINT
 from harness.results import read_results_csv, write_results_csv
 
 
@@ -43,7 +44,7 @@ if not csv.exists():
     csv = write_results_csv(SWEEP_DIR)
 df = read_results_csv(csv)  # loss curves and other lists back as lists
 print(f"{csv}: {len(df)} jobs")
-display(df[["job_dir", "model", "gpus", "seq_len", "ckpt_layers", "engine", "status"]])
+display(df[["job_dir", *POINT, "engine", "status"]])
 
 # %% [markdown]
 # ## Which jobs finished
@@ -55,7 +56,6 @@ display(df.groupby(["engine", "status"]).size().unstack(fill_value=0))
 # ## Median iteration time (s) per grid point and engine
 
 # %%
-POINT = ["model", "gpus", "seq_len", "ckpt_layers"]
 ok = df[df["status"] == "ok"]
 times = ok.pivot_table(index=POINT, columns="engine", values="iteration_time_s")
 display(times)
