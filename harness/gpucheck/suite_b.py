@@ -15,17 +15,18 @@ import tempfile
 from pathlib import Path
 
 from harness.config import JobConfig, ProfileConfig
+from harness.engines.registry import BASELINES, REFERENCE, YAFSDP
 from harness.gpucheck.outcome import Check, Verdict, run_check
 from harness.gpucheck.training import engine_config
 from harness.models.hf import transformers_missing
 
 WORLD_SIZES = (2, 3)
-ENGINES = ("fsdp1", "fsdp2", "fsdp2_tuned", "yafsdp")
+ENGINES = (*BASELINES, YAFSDP)
 # fp32 on the same kernels: the engines differ only in how they group reductions and in
 # the GPU's own non-deterministic attention backward, far below this.
 RTOL = 1e-4
 HF_WORLD_SIZE = 2
-HF_ENGINES = ("yafsdp",)
+HF_ENGINES = (YAFSDP,)
 NO_TRANSFORMERS = "transformers is not installed: run `make gpu-wheels` and carry wheels/"
 
 
@@ -64,7 +65,7 @@ def parity(world_size: int, engines: tuple[str, ...], model_impl: str = "native"
     """Each of `engines` against `local`, loss by loss, at `world_size` ranks."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        reference = job_losses("local", world_size, root, model_impl)
+        reference = job_losses(REFERENCE, world_size, root, model_impl)
         figures: dict[str, float] = {"local_final_loss": round(reference[-1], 5)}
         bad = []
         for label in engines:

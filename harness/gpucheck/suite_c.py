@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from harness.engines.base import DTYPES
+from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
@@ -95,15 +96,17 @@ def expected_bytes(
     yafsdp_plan: str = "min_bytes",
 ) -> dict[str, int]:
     """What `label` should hold on `rank` of `p` (FSDP1 needs the names in each unit; yafsdp
-    the buffer plan it chose for its memory budget)."""
-    if label == "yafsdp":
+    the buffer plan it chose for its memory budget). The arithmetic is the adapter's: the
+    labels of one adapter (fsdp2, fsdp2_tuned) lay out their bytes alike."""
+    adapter = spec_of(label).name
+    if adapter == "yafsdp":
         return footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes, plan=yafsdp_plan)
-    if label == "fsdp1":
+    if adapter == "fsdp1":
         if fsdp1_units is None:
             raise ValueError("fsdp1 needs fsdp1_units: the parameter names of each FSDP unit")
         names = footprint.llama_param_shapes(shape)
         return footprint.fsdp1_bytes(footprint.fsdp1_unit_numels(fsdp1_units, names), p, rank)
-    if label.startswith("fsdp2"):
+    if adapter == "fsdp2":
         return footprint.fsdp2_bytes(footprint.llama_param_shapes(shape), p, rank)
     raise ValueError(f"engine {label!r} has no per-rank arithmetic; choose yafsdp, fsdp1, fsdp2")
 
@@ -129,7 +132,7 @@ def byte_mismatches(got: dict[str, int], want: dict[str, int]) -> str:
 
 def measured_bytes(label: str, trainee) -> dict[str, Any]:
     w, opt = trainee.wrapped, trainee.optimizer
-    if label == "yafsdp":
+    if spec_of(label).name == "yafsdp":
         return w.memory_breakdown(opt)
     return storage_bytes(w.params, opt)
 
@@ -191,9 +194,10 @@ def measure(
                 "fits_lent_gpu": needed <= torch.cuda.get_device_properties(device).total_memory,
             }
         got = measured_bytes(label, trainee)
-        units = fsdp1_units(trainee.wrapped.module) if label == "fsdp1" else None
+        adapter = spec_of(label).name
+        units = fsdp1_units(trainee.wrapped.module) if adapter == "fsdp1" else None
         param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
-        plan = got.get("buffer_plan", {}).get("name", "min_bytes") if label == "yafsdp" else ""
+        plan = got.get("buffer_plan", {}).get("name", "min_bytes") if adapter == "yafsdp" else ""
         want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes,
                               fsdp1_units=units, yafsdp_plan=plan or "min_bytes")  # fmt: skip
         figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items() if isinstance(v, int)}

@@ -11,8 +11,10 @@ logits and loss. The peak is the largest sum over the moments of a steady-state 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from harness.engines.registry import resolve, spec_of
 from harness.models.shapes import shape_of
 from harness.plan.activations import (
     DTYPE_BYTES,
@@ -78,7 +80,7 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
         case.model, case.seq_len, case.micro_batch, case.dtype, case.model_impl
     )
     timeline = _activation_moments(acts, shape.n_layers, case.ckpt_layers)
-    static, in_flight = ENGINE_MODELS[case.engine](case)
+    static, in_flight = engine_memory(case)
     static = {**static, "overhead": case.overhead_bytes}
     moments: dict[str, dict[str, int]] = {}
     for name, held in timeline.items():
@@ -99,7 +101,7 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
 def held_all_step(case: MemoryCase) -> dict[str, int]:
     """The bytes by class an engine holds from one step to the next: sharded states and
     (for yafsdp) its buffers; what `estimate_memory` adds moments to."""
-    return ENGINE_MODELS[case.engine](case)[0]
+    return engine_memory(case)[0]
 
 
 def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -170,6 +172,15 @@ def _activation_moments(
 
 
 # ---- engines: (held all step, {phase: held during that phase}) ---------------------------
+
+# What an engine holds by class: all step, and in each phase of the step on top of that.
+EngineMemory = tuple[dict[str, int], dict[str, dict[str, int]]]
+
+
+def engine_memory(case: MemoryCase) -> EngineMemory:
+    """The memory model the registry names for `case.engine`."""
+    model: Callable[[MemoryCase], EngineMemory] = resolve(spec_of(case.engine).memory_model)
+    return model(case)
 
 
 def _sharded_states(shard_elements: int) -> dict[str, int]:
@@ -277,7 +288,7 @@ def _numel(dims: tuple[int, ...]) -> int:
     return n
 
 
-def _yafsdp(case: MemoryCase) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+def yafsdp_memory(case: MemoryCase) -> EngineMemory:
     held, master_elements = yafsdp_buffers(case)
     static = _sharded_states(master_elements)
     # bytes_by_class's "master" is the master shards and their gradients together
@@ -306,7 +317,9 @@ def _reduce_in_flight(case: MemoryCase, unit: int, *, always_copies: bool) -> di
     return {"staging": copy + gloo + unit // case.world_size * r}
 
 
-def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int, fsdp2: bool):
+def _fsdp(
+    case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int, fsdp2: bool
+) -> EngineMemory:
     """FSDP1 and FSDP2 alike: a unit's weights are gathered for its forward and again for
     its backward; `forward_ahead` more units are gathered ahead in forward, one ahead in
     backward; a unit's gradient is unsharded until its reduce-scatter has read it.
@@ -353,13 +366,21 @@ def _fsdp(case: MemoryCase, units: Units, *, head_kept: bool, forward_ahead: int
     return static, in_flight
 
 
-def _fsdp1(case: MemoryCase):
+def fsdp1_memory(case: MemoryCase) -> EngineMemory:
     # forward_prefetch: the next unit's all-gather is issued as a unit's forward starts.
     return _fsdp(case, fsdp1_units(shape_of(case.model), case.world_size),
                  head_kept=False, forward_ahead=1, fsdp2=False)  # fmt: skip
 
 
-def _fsdp2(case: MemoryCase, *, tuned: bool):
+def fsdp2_memory(case: MemoryCase) -> EngineMemory:
+    return _fsdp2(case, tuned=False)
+
+
+def fsdp2_tuned_memory(case: MemoryCase) -> EngineMemory:
+    return _fsdp2(case, tuned=True)
+
+
+def _fsdp2(case: MemoryCase, *, tuned: bool) -> EngineMemory:
     # On a GPU the next group's all-gather is issued while the current one computes; on
     # CPU stock FSDP2 gathers synchronously, the tuned variant one ahead explicitly.
     ahead = 1 if (tuned or case.asynchronous) else 0
@@ -367,7 +388,7 @@ def _fsdp2(case: MemoryCase, *, tuned: bool):
                  head_kept=True, forward_ahead=ahead, fsdp2=True)  # fmt: skip
 
 
-def _local(case: MemoryCase):
+def local_memory(case: MemoryCase) -> EngineMemory:
     shape = shape_of(case.model)
     n, p = shape.num_params(), DTYPE_BYTES[case.dtype]
     static = {
@@ -386,12 +407,3 @@ def _local(case: MemoryCase):
         "after backward: all-reduce": {"staging": n * FP32},
     }
     return static, in_flight
-
-
-ENGINE_MODELS = {
-    "yafsdp": _yafsdp,
-    "fsdp1": _fsdp1,
-    "fsdp2": lambda c: _fsdp2(c, tuned=False),
-    "fsdp2_tuned": lambda c: _fsdp2(c, tuned=True),
-    "local": _local,
-}

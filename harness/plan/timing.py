@@ -16,10 +16,12 @@ Two views of the result:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness.config import DeviceSpec
+from harness.engines.registry import resolve, spec_of
 from harness.models.shapes import shape_of
 from harness.plan.compute import ComputeModel
 from harness.plan.kernels import KernelCensus, kernel_census
@@ -116,9 +118,7 @@ def build_program(
     mechanisms: frozenset[str],
     priced: _Priced | None = None,
 ) -> list[Op]:
-    shape = shape_of(case.model)
     priced = priced or _priced(case, spec)
-    costs = priced.costs
     ctx = StepContext(
         world_size=case.world_size,
         grad_accum=case.grad_accum,
@@ -130,22 +130,40 @@ def build_program(
         hook_s=spec.hook_us * 1e-6,
         mechanisms=mechanisms,
     )
-    p = case.world_size
-    if case.engine == "yafsdp":
-        from harness.plan.yafsdp_program import yafsdp_program
+    schedule: Callable[[TimeCase, ModelCosts, StepContext], list[Op]] = resolve(
+        spec_of(case.engine).time_schedule
+    )
+    return schedule(case, priced.costs, ctx)
 
-        return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx,
-                              case.memory_budget_bytes)  # fmt: skip
-    if case.engine == "fsdp1":
-        u = fsdp1_units(shape, p)
-        sizes = [u.embedding, *[u.block] * shape.n_layers, u.output]
-        return fsdp1_program(costs, sizes, -(-shape.dim // p) * p, ctx)
-    if case.engine in ("fsdp2", "fsdp2_tuned"):
-        u = fsdp2_units(shape, p)
-        return fsdp2_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
-    if case.engine == "local":
-        return local_program(costs, shape.num_params(), ctx)
-    raise ValueError(f"engine={case.engine!r} has no time model")
+
+# ---- engines: the program of one step, from the model's costs -----------------------------
+
+
+def yafsdp_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    """The engine's own schedule, run on the meta device (`yafsdp_program.py`)."""
+    from harness.plan.yafsdp_program import yafsdp_program
+
+    return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx,
+                          case.memory_budget_bytes)  # fmt: skip
+
+
+def fsdp1_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    shape = shape_of(case.model)
+    p = case.world_size
+    u = fsdp1_units(shape, p)
+    sizes = [u.embedding, *[u.block] * shape.n_layers, u.output]
+    return fsdp1_program(costs, sizes, -(-shape.dim // p) * p, ctx)
+
+
+def fsdp2_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    """FSDP2 and its tuned variant alike: on a GPU both gather one group ahead."""
+    shape = shape_of(case.model)
+    u = fsdp2_units(shape, case.world_size)
+    return fsdp2_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
+
+
+def local_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    return local_program(costs, shape_of(case.model).num_params(), ctx)
 
 
 def _memoized(price: Any) -> Any:

@@ -12,12 +12,14 @@ idle = window time with nothing busy.
 
 from __future__ import annotations
 
-import re
+import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from harness.engines.registry import ENGINE_SPECS, resolve
 from harness.trace.classify import (
     COMM,
     COMPUTE,
@@ -209,21 +211,21 @@ def exposed_gaps(busy: Busy, windows: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("exposed_s", ascending=False).reset_index(drop=True)
 
 
-# record_function names that say which collective or unit: (pattern, kind group, unit group)
-_UNIT_PATTERNS = [
-    re.compile(r"^yafsdp\.(?P<kind>[a-z_]+)\.unit(?P<unit>\d+)$"),
-    re.compile(r"^FSDP::(?P<kind>[a-z_]+)\s*\((?P<unit>[^)]*)\)$"),
-    re.compile(r"^FullyShardedDataParallel\.(?P<kind>[A-Za-z_]+)$"),
-]
+@functools.cache
+def _grammars() -> tuple[Callable[[str], tuple[str, str] | None], ...]:
+    """Every registered engine's annotation grammar, each once, in registry order."""
+    found = (resolve(spec.annotation_grammar) for spec in ENGINE_SPECS)
+    return tuple(dict.fromkeys(found))
 
 
 def parse_unit_annotation(name: str) -> tuple[str, str] | None:
-    """(kind, unit) of an engine annotation, e.g. 'yafsdp.all_gather.unit3' -> ('all_gather',
-    '3'); FSDP1 names carry no unit ('')."""
-    for pat in _UNIT_PATTERNS:
-        m = pat.match(name)
-        if m:
-            return m.group("kind"), m.groupdict().get("unit") or ""
+    """(kind, unit) of an engine annotation, by the first registered engine's grammar that
+    reads it: 'yafsdp.all_gather.unit3' -> ('all_gather', '3'), 'yafsdp.all_reduce.clip' ->
+    ('all_reduce', 'clip'); FSDP1 names carry no unit ('')."""
+    for grammar in _grammars():
+        found = grammar(name)
+        if found is not None:
+            return found
     return None
 
 

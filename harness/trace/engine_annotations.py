@@ -1,0 +1,32 @@
+"""The annotation grammars of the baseline engines: which profiler ranges name a unit.
+
+Each grammar maps a range's name to (kind, unit), or None when the name is not one of the
+engine's unit ranges; the registry (`harness/engines/registry.py`) names each engine's.
+yafsdp's grammar is its own (`yafsdp_impl.annotation_names.parse`). No torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+# FSDP2 names its ranges after the module they act on: 'FSDP::all_gather (layers.3)'.
+_FSDP2 = re.compile(r"^FSDP::(?P<kind>[a-z_]+)\s*\((?P<unit>[^)]*)\)$")
+# FSDP1 names its ranges after the wrapper alone: 'FullyShardedDataParallel.forward'.
+_FSDP1 = re.compile(r"^FullyShardedDataParallel\.(?P<kind>[A-Za-z_]+)$")
+
+
+def fsdp1(name: str) -> tuple[str, str] | None:
+    """(kind, '') of an FSDP1 range: FSDP1's names carry no unit."""
+    m = _FSDP1.match(name)
+    return (m.group("kind"), "") if m else None
+
+
+def fsdp2(name: str) -> tuple[str, str] | None:
+    """(kind, module name) of an FSDP2 range."""
+    m = _FSDP2.match(name)
+    return (m.group("kind"), m.group("unit")) if m else None
+
+
+def unannotated(name: str) -> tuple[str, str] | None:
+    """The grammar of an engine that marks no unit (the unsharded reference)."""
+    return None
