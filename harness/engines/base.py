@@ -1,10 +1,11 @@
 """The door every engine comes through: wrap a model for N ranks, hand back what to train.
 
 A new engine is a module with a class that has `name` and `wrap(model, ctx) -> Wrapped`,
-registered in `harness/engines/registry.py`. The model arrives on the meta device, its
-first `ckpt_layers` blocks already wrapped for activation checkpointing (the same for every
-engine: checkpoint the block, then shard it); the engine materialises (its share of) it and
-initialises it from `harness.init` so every engine starts from the same weights.
+registered in `harness/engines/registry.py`; `harness.session.wrap_model` calls it. The
+model arrives on the meta device, its first `ckpt_layers` blocks already wrapped for
+activation checkpointing (the same for every engine: checkpoint the block, then shard it);
+the engine materialises (its share of) it and initialises it from `harness.init` so every
+engine starts from the same weights.
 """
 
 from __future__ import annotations
@@ -37,14 +38,21 @@ class RunContext:
 
     @classmethod
     def of_job(
-        cls, job: JobConfig, *, rank: int, world_size: int, device: torch.device
+        cls,
+        job: JobConfig,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        budget: bool = True,
     ) -> RunContext:
-        """What an engine needs of a job's config on one rank."""
-        budget = None
-        if job.engine.name == "yafsdp":
+        """What an engine needs of a job's config on one rank; `budget=False` leaves
+        yafsdp without the planner's memory budget."""
+        memory_budget = None
+        if budget and job.engine.name == "yafsdp":
             from harness.plan.planner import yafsdp_memory_budget
 
-            budget = yafsdp_memory_budget(job, device)
+            memory_budget = yafsdp_memory_budget(job, device)
         return cls(
             rank=rank,
             world_size=world_size,
@@ -55,7 +63,7 @@ class RunContext:
             grad_accum=job.grad_accum,
             seed=job.seed,
             cfg=job.engine,
-            memory_budget_bytes=budget,
+            memory_budget_bytes=memory_budget,
         )
 
 
@@ -101,22 +109,6 @@ class Engine(Protocol):
     name: str
 
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped: ...
-
-
-def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
-    """Wrap `model` (on meta) with the engine `ctx.cfg.name`, its buffers kept.
-
-    Engines materialise parameters from `harness.init`; buffers (HF's rotary `inv_freq`)
-    are computed by the model's constructor, so their values are taken before and put
-    back after, whatever the engine's materialisation did to them.
-    """
-    from harness.engines.registry import get_engine
-    from harness.models.build import restore_buffers, snapshot_buffers
-
-    buffers = snapshot_buffers(model)
-    wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)
-    restore_buffers(wrapped.module, buffers, ctx.device)
-    return wrapped
 
 
 def checkpoint_first_layers(layers: nn.ModuleList, n: int) -> None:

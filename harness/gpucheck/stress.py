@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.gpucheck.training import Trainee
+from harness.session import Session
 from yafsdp_impl import collectives
 
 
@@ -96,7 +96,7 @@ def delayed_forward_gathers(sleep_cycles: int) -> Iterator[None]:
         collectives.all_gather = gather
 
 
-def yafsdp_of(t: Trainee) -> Any:
+def yafsdp_of(t: Session) -> Any:
     """The YaFSDP object behind the adapter (its memory_report is a bound method)."""
     bound: Any = t.wrapped.memory_breakdown
     return bound.__self__

@@ -31,16 +31,13 @@ from harness.gpucheck.stress import (
 )
 from harness.gpucheck.trace_check import TRACE_HTA, TRACE_STEPS, trace_checks
 from harness.gpucheck.training import (
-    Trainee,
-    batches,
     build,
-    forward_backward,
-    optimizer_step,
     release_cuda_memory,
     train_step,
 )
 from harness.models.build import decoder_parts
 from harness.models.shapes import ModelShape, get_shape
+from harness.session import Session
 from yafsdp_impl import held_bytes
 
 SMALL = "llama_mini"
@@ -69,7 +66,7 @@ def nccl_world() -> Iterator[torch.device]:
         dist.destroy_process_group()
 
 
-def losses(t: Trainee, steps: int = STEPS) -> list[float]:
+def losses(t: Session, steps: int = STEPS) -> list[float]:
     out = [train_step(t, s) for s in range(steps)]
     return [float(x) for x in torch.stack(out).tolist()]
 
@@ -133,17 +130,17 @@ def check_no_syncs(device: torch.device) -> Verdict:
         ckpt_layers=2, grad_accum=2, seq_len=256,
     )  # fmt: skip
     train_step(t, 0)  # lazy initialisation happens outside the guarded region
-    data = batches(t, 1)
+    data = t.batches(1)
     torch.cuda.synchronize(device)
     torch.cuda.set_sync_debug_mode("error")
     try:
-        forward_backward(t, data)
+        t.forward_backward(lambda micro: data[micro])
     except RuntimeError as e:
         return Verdict(False, {}, f"host sync in forward/backward: {str(e).splitlines()[0]}")
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    optimizer_step(t)
-    return Verdict(True, {"micro_batches": t.grad_accum})
+    t.optimizer_step()
+    return Verdict(True, {"micro_batches": t.cfg.grad_accum})
 
 
 # ---- 4 ---------------------------------------------------------------------------------
@@ -197,13 +194,13 @@ def check_steady_state_memory(device: torch.device) -> Verdict:
 # ---- 5 and 6: the probe model ------------------------------------------------------------
 
 
-def build_probe(device: torch.device) -> Trainee:
+def build_probe(device: torch.device) -> Session:
     return build(
         "yafsdp", PROBE, rank=0, world_size=1, device=device, dtype="bf16", seq_len=PROBE_SEQ
     )
 
 
-def unit_forward_times(t: Trainee, steps: int = 3) -> list[float]:
+def unit_forward_times(t: Session, steps: int = 3) -> list[float]:
     """Median forward compute of each unit (embedding, layers, output), in seconds."""
     parts = decoder_parts(t.wrapped.module)
     units = [parts.embed, *parts.layers, parts.head]
@@ -232,7 +229,7 @@ def unit_forward_times(t: Trainee, steps: int = 3) -> list[float]:
     return [statistics.median(a.elapsed_time(b) / 1e3 for a, b in s) for s in samples]
 
 
-def median_step_s(t: Trainee, steps: int = 5, first: int = 300) -> float:
+def median_step_s(t: Session, steps: int = 5, first: int = 300) -> float:
     times = []
     for s in range(steps + 1):
         torch.cuda.synchronize()
@@ -243,7 +240,7 @@ def median_step_s(t: Trainee, steps: int = 5, first: int = 300) -> float:
     return statistics.median(times[1:])
 
 
-def check_delay(t: Trainee, device: torch.device) -> Verdict:
+def check_delay(t: Session, device: torch.device) -> Verdict:
     rate = cycles_per_second(device)
     forward = unit_forward_times(t)
     unit = statistics.median(forward[1:-1])  # a transformer layer's forward
@@ -301,9 +298,9 @@ def run() -> list[Check]:
         for name, proves, fn in CHECKS:
             rows.append(run_check("A", name, proves, functools.partial(fn, device)))
             release_cuda_memory()
-        built: list[Trainee] = []
+        built: list[Session] = []
 
-        def probe() -> Trainee:  # built once, for 5 and 6
+        def probe() -> Session:  # built once, for 5 and 6
             if not built:
                 built.append(build_probe(device))
             return built[0]

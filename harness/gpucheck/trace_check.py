@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
-from harness.gpucheck.training import Trainee, train_step
+from harness.gpucheck.training import train_step
+from harness.session import Session
 
 
-def capture_trace(t: Trainee, device: torch.device) -> dict[str, Any]:
+def capture_trace(t: Session, device: torch.device) -> dict[str, Any]:
     """Profile two steps of `t`; our per-step analysis, and HTA's overlap when the trace
     holds communication kernels (a one-rank NCCL group copies instead of launching one)."""
     from harness.profiling import capture_profile
@@ -66,7 +67,7 @@ TRACE_HTA = (
 )
 
 
-def trace_checks(probe: Callable[[], Trainee], device: torch.device) -> list[Check]:
+def trace_checks(probe: Callable[[], Session], device: torch.device) -> list[Check]:
     data: dict[str, Any] = {}
 
     def steps() -> Verdict:

@@ -31,9 +31,13 @@ class DecoderParts:
         return type(getattr(layer, "_checkpoint_wrapped_module", layer)).__name__
 
 
-def build_job_model(model: str, impl: str) -> tuple[nn.Module, ModelShape]:
-    """The model of `model` (a preset or `hf:<path>`) in implementation `impl` on meta,
-    and its shapes."""
+def build_job_model(model: str | ModelShape, impl: str) -> tuple[nn.Module, ModelShape]:
+    """The model of `model` (a preset, `hf:<path>`, or shapes no preset names) in
+    implementation `impl` on meta, and its shapes."""
+    if isinstance(model, ModelShape):
+        if impl != "native":
+            raise ValueError(f"model_impl={impl!r} needs a named model, not bare shapes")
+        return build_model(model, device="meta"), model
     if impl == "native":
         shape = get_shape(model)
         return build_model(shape, device="meta"), shape

@@ -2,9 +2,10 @@
 
 `yafsdp_at(rev)` copies that revision's `yafsdp_impl/` out of git into a temporary folder
 as a package of its own name (`yafsdp_impl_<rev>`, its imports renamed), so both engines
-load in one process. `wrap_at(rev, model, ctx)` wraps a model with it through this tree's
-harness adapter (the same units, initial values, dtypes and budget), passing only the
-arguments that revision's `YaFSDP` takes. An interleaved run names it `yafsdp@<rev>`.
+load in one process. `wrap_at(rev, model, ctx)`, given to `Session.build` as its `wrap`,
+wraps a model with it through this tree's harness adapter (the same units, initial values,
+dtypes and budget), passing only the arguments that revision's `YaFSDP` takes. An
+interleaved run names it `yafsdp@<rev>`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from unittest import mock
 from torch import nn
 
 from harness.engines import yafsdp as adapter
-from harness.engines.base import RunContext, Wrapped, wrap_model
+from harness.engines.base import RunContext, Wrapped
+from harness.session import wrap_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

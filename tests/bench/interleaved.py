@@ -6,6 +6,7 @@ for every run; the timed step is `harness.train_step.train_step`, the one every 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import replace
@@ -14,11 +15,9 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
-from harness.engines.base import RunContext, checkpoint_first_layers, wrap_model
 from harness.engines.registry import ENGINES
 from harness.memory import cpu_peak_allocated
-from harness.models.build import build_job_model, decoder_parts
-from harness.train_step import build_optimizer, train_step
+from harness.session import Session, wrap_model
 from tests.bench.engine_revision import wrap_at
 
 # label -> (engine label, model_impl)
@@ -59,47 +58,32 @@ def interleaved_runs(
     (activations, gathered weights, gradients, transients; the largest rank's), from one
     more step under the profiler's memory tracking."""
     job = JobConfig(model=model, seq_len=seq_len, dtype=dtype)  # else a job's defaults
-    wrapped_runs = {}
-    vocab = 0
+    sessions = {}
     for label, (engine, impl) in runs.items():
         engine, _, revision = engine.partition("@")
-        ctx = RunContext.of_job(
-            replace(job, engine=ENGINES[engine].config()),
-            rank=rank,
-            world_size=world_size,
-            device=torch.device("cpu"),
-        )
-        module, shape = build_job_model(model, impl)
-        vocab = shape.vocab_size
-        checkpoint_first_layers(decoder_parts(module).layers, job.ckpt_layers)
-        wrapped = wrap_at(revision, module, ctx) if revision else wrap_model(module, ctx)
-        optimizer = build_optimizer(wrapped.params, lr=job.lr, impl=job.adamw_impl)
-        wrapped_runs[label] = (wrapped, optimizer)
+        cfg = replace(job, engine=ENGINES[engine].config(), model_impl=impl)
+        wrap = functools.partial(wrap_at, revision) if revision else wrap_model
+        sessions[label] = Session.build(cfg, rank, world_size, torch.device("cpu"), wrap=wrap)
 
     gen = torch.Generator().manual_seed(rank)
 
     def step(label: str) -> tuple[float, float]:
         """The step's wall time (slowest rank), and the CPU time this rank's other threads
         (gloo's) spent during it (the largest rank's)."""
-        wrapped, opt = wrapped_runs[label]
+        session = sessions[label]
+        vocab = session.shape.vocab_size
         tokens = torch.randint(0, vocab, (job.micro_batch, seq_len + 1), generator=gen)
         dist.barrier()
         start, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
-        train_step(
-            wrapped,
-            opt,
-            lambda _micro: (tokens[:, :-1], tokens[:, 1:]),
-            grad_accum=job.grad_accum,
-            clip_grad_norm=job.clip_grad_norm,
-        )
+        session.step_on(lambda _micro: (tokens[:, :-1], tokens[:, 1:]))
         main = time.thread_time() - main
         measured = torch.tensor([time.perf_counter() - start, time.process_time() - cpu - main])
         dist.all_reduce(measured, op=dist.ReduceOp.MAX)
         return measured[0].item(), measured[1].item()
 
-    times: dict[str, list[tuple[float, float]]] = {label: [] for label in wrapped_runs}
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label in sessions}
     for r in range(warmup + rounds):
-        for label in wrapped_runs:
+        for label in sessions:
             t = step(label)
             if r >= warmup:
                 times[label].append(t)
@@ -111,7 +95,7 @@ def interleaved_runs(
         for label, ts in times.items()
     }
     if step_memory:
-        for label in wrapped_runs:
+        for label in sessions:
             _, peak = cpu_peak_allocated(lambda label=label: step(label)[0])
             largest = torch.tensor(float(peak))
             dist.all_reduce(largest, op=dist.ReduceOp.MAX)

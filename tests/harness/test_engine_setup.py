@@ -123,19 +123,16 @@ def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
     """A budget the separate_ends plan fits gives it; one far below gives the smaller plan
     (on llama_tiny, whose ends are barely larger than a layer: alternating buffers); the
     engine settings say which, with the plan it was chosen over."""
-    from harness.engines.base import RunContext, wrap_model
-    from harness.models.build import build_job_model
+    from harness.session import Session
 
     seen = {}
     with fake_world(2):
         for budget_gb, want in ((100, "separate_ends"), (0.001, "alternating")):
             cfg = JobConfig(engine=ENGINES[YAFSDP].config(), gpus=2, dtype="fp32")
             cfg.engine.memory_budget_gb = budget_gb
-            ctx = RunContext.of_job(cfg, rank=0, world_size=2, device=torch.device("cpu"))
-            assert ctx.memory_budget_bytes == int(budget_gb * 2**30)
-            model, _ = build_job_model(cfg.model, cfg.model_impl)
-            wrapped = wrap_model(model, ctx)
-            plan = wrapped.settings["buffer_plan"]
+            session = Session.build(cfg, 0, 2, torch.device("cpu"))
+            assert session.ctx.memory_budget_bytes == int(budget_gb * 2**30)
+            plan = session.settings["buffer_plan"]
             assert plan.startswith(want) and "budget" in plan and "over " in plan
             seen[want] = plan
     assert len(seen) == 2

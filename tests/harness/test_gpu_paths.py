@@ -5,30 +5,32 @@ allocator peaks restarted after build and warm-up."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from harness import memory, metrics, worker
+from harness import measure, memory, metrics
 from harness.config import JobConfig
 from harness.data import token_batch
+from harness.placement import Placement, cuda_index, resolve_backend, resolved
 from harness.validate import validation_errors
 
 
 def test_backend_auto_follows_the_device() -> None:
-    assert worker.resolve_backend("auto", "cuda") == "nccl"
-    assert worker.resolve_backend("auto", "cpu") == "gloo"
-    assert worker.resolve_backend("gloo", "cuda") == "gloo"
+    assert resolve_backend("auto", "cuda") == "nccl"
+    assert resolve_backend("auto", "cpu") == "gloo"
+    assert resolve_backend("gloo", "cuda") == "gloo"
 
 
 def test_gloo_shares_gpus_round_robin_nccl_keeps_one_each() -> None:
-    assert [worker.cuda_index("gloo", r, 1) for r in range(4)] == [0, 0, 0, 0]
-    assert [worker.cuda_index("gloo", r, 2) for r in range(4)] == [0, 1, 0, 1]
-    assert [worker.cuda_index("nccl", r, 4) for r in range(4)] == [0, 1, 2, 3]
+    assert [cuda_index("gloo", r, 1) for r in range(4)] == [0, 0, 0, 0]
+    assert [cuda_index("gloo", r, 2) for r in range(4)] == [0, 1, 0, 1]
+    assert [cuda_index("nccl", r, 4) for r in range(4)] == [0, 1, 2, 3]
     # a cluster that binds one GPU to each task: every rank sees its own as device 0
-    assert [worker.cuda_index("nccl", r, 1) for r in range(4)] == [0, 0, 0, 0]
+    assert [cuda_index("nccl", r, 1) for r in range(4)] == [0, 0, 0, 0]
     with pytest.raises(RuntimeError, match="local rank 3 has no GPU of its own"):
-        worker.cuda_index("nccl", 3, 2)
+        cuda_index("nccl", 3, 2)
 
 
 def test_mfu_peak_follows_the_card_by_name() -> None:
@@ -49,8 +51,28 @@ def test_pick_device_maps_gloo_ranks_onto_the_gpus(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     cfg = JobConfig(device="cuda", backend="gloo", gpus=3)
-    assert worker._pick_device(cfg, local_rank=2) == torch.device("cuda", 0)
+    env = {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2"}
+    place = Placement.of_rank(cfg, env)
+    assert (place.device, place.backend, place.local_rank) == (torch.device("cuda", 0), "gloo", 2)
     assert chosen == [0]
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_auto_resolves_alike_for_the_rank_and_the_planner(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    cfg = JobConfig(device="auto", backend="auto", gpus=2)
+    place = Placement.of_rank(cfg, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    want = ("cuda", "nccl") if cuda else ("cpu", "gloo")
+    assert (place.device.type, place.backend) == want
+    planned = resolved(cfg)
+    assert (
+        (planned.device, planned.backend) == want == (place.job(cfg).device, place.job(cfg).backend)
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,7 +109,7 @@ def test_tokens_are_drawn_on_the_device_without_a_copy(monkeypatch: pytest.Monke
 
 def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path) -> None:
     log: list[str] = []
-    monkeypatch.setattr(worker, "_synchronize", lambda device: log.append("sync"))
+    monkeypatch.setattr(measure, "synchronize", lambda device: log.append("sync"))
 
     def fake_capture(run_step, *, steps, warmup, **_):
         for i in range(warmup + steps):
@@ -98,9 +120,14 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
 
     monkeypatch.setattr(harness.profiling, "capture_profile", fake_capture)
     cfg = JobConfig(warmup_steps=1, steps=2)
-    profile = worker._capture_profile(
-        cfg, tmp_path, 0, 2, torch.device("cpu"), lambda s: log.append(f"step{s}")
-    )
+
+    class Steps:
+        session = SimpleNamespace(cfg=cfg, rank=0, world_size=2, device=torch.device("cpu"))
+
+        def step(self, step: int) -> None:
+            log.append(f"step{step}")
+
+    profile = measure.profiled_pass(Steps(), tmp_path, lambda phase: None)  # type: ignore[arg-type]
     assert log == ["step3", "sync", "step4", "sync", "step5", "sync"]
     # the job lists its traces; summaries are computed offline (harness.results)
     assert profile == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}

@@ -16,11 +16,15 @@ def train_jobs(
 ) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
     """Each config's (metrics, engine settings) on this rank, trained one after another by
     the worker's own training function; None for a job that returned no result."""
+    from harness.placement import Placement
     from harness.worker import train
 
+    place = Placement(rank=rank, world_size=world_size, local_rank=rank,
+                      local_world_size=world_size, device=torch.device("cpu"), backend="gloo",
+                      threads=1)  # fmt: skip
     out: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
     for i, cfg in enumerate(configs):
-        result = train(cfg, Path(root) / f"job{i}", rank, world_size, torch.device("cpu"), 1)
+        result = train(cfg, Path(root) / f"job{i}", place)
         out.append((result.metrics.to_dict(), result.engine_settings) if result else None)
     return out
 

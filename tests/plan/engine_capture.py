@@ -1,6 +1,6 @@
 """What a real engine launches in one steady-state step, one rank of a fake process group.
 
-The engine is built and trained as a job would (`harness.engines`, `harness.train_step`),
+The engine is built and trained as a job would (`harness.session.Session`),
 on CPU tensors at a small size; a dispatch mode records every c10d collective (kind and
 bytes: the unsharded buffer) and every kernel the step runs outside the model's own ops.
 The fake process group returns at once, so values are wrong, but the calls, their order and
@@ -19,11 +19,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from harness.config import JobConfig
-from harness.engines.base import RunContext, checkpoint_first_layers, wrap_model
 from harness.engines.registry import ENGINES
-from harness.models.build import build_job_model, decoder_parts
 from harness.plan.kernels import _memory_bytes
-from harness.train_step import build_optimizer, train_step
+from harness.session import Session
 
 # c10d op name -> the collective it is; list forms count every output chunk.
 _KINDS = {
@@ -99,18 +97,12 @@ def launched_by(job: JobConfig, *, steps_before: int = 1, spy: object = None) ->
     """One step's collectives and ops (after `steps_before` steps), under an initialised
     fake process group of `job.gpus` ranks. `spy`, a context manager, is entered around
     the recorded step only."""
-    world = dist.get_world_size()
-    model, shape = build_job_model(job.model, job.model_impl)
-    checkpoint_first_layers(decoder_parts(model).layers, job.ckpt_layers)
-    ctx = RunContext.of_job(job, rank=0, world_size=world, device=torch.device("cpu"))
-    wrapped = wrap_model(model, ctx)
-    optimizer = build_optimizer(wrapped.params, lr=1e-3, impl=job.adamw_impl)
-    tokens = torch.randint(0, shape.vocab_size, (job.micro_batch, job.seq_len),
+    session = Session.build(job, 0, dist.get_world_size(), torch.device("cpu"))
+    tokens = torch.randint(0, session.shape.vocab_size, (job.micro_batch, job.seq_len),
                            generator=torch.Generator().manual_seed(0))  # fmt: skip
 
-    def step() -> None:
-        train_step(wrapped, optimizer, lambda micro: (tokens, tokens),
-                   grad_accum=job.grad_accum, clip_grad_norm=job.clip_grad_norm)  # fmt: skip
+    def step() -> None:  # the job's step on tokens drawn before any recording
+        session.step_on(lambda micro: (tokens, tokens))
 
     for _ in range(steps_before):
         step()

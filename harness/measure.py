@@ -1,0 +1,228 @@
+"""A job's measurement of one rank, in phases over a `Session`: build and warm-up (memory
+tracked), the timed steps, the reduction across ranks, and a separate profiled pass.
+
+Every phase steps the session through `Run.step`, the same step each time; the timer
+encloses only the steps themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.config import JobConfig
+from harness.faults import maybe_inject
+from harness.memory import (
+    check_limit,
+    cpu_peak_allocated,
+    cuda_memory_outside_allocator,
+    restart_cuda_peaks,
+)
+from harness.rss import peak_rss_bytes, reset_peak_rss
+from harness.session import Session
+
+Report = Callable[[str], None]  # tells the console which phase a rank is in
+MEMORY_TRACKED_STEPS = 2  # the second warm-up step holds the optimizer state
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Run:
+    """A session stepped as a job steps it, and what its steps left on the device."""
+
+    session: Session
+    losses: list[torch.Tensor] = field(default_factory=list)
+    grad_norms: list[torch.Tensor] = field(default_factory=list)
+
+    def step(self, step: int) -> None:
+        """One step: a configured fault, the session's step, the memory limit's check."""
+        cfg = self.session.cfg
+        maybe_inject(cfg.fault, rank=self.session.rank, step=step)
+        loss, grad_norm = self.session.step(step)
+        self.losses.append(loss)
+        if grad_norm is not None:
+            self.grad_norms.append(grad_norm.detach().to(torch.float64).reshape(()))
+        check_limit(cfg.memory_limit_gb, self.session.device)
+
+
+@dataclass
+class WarmedUp:
+    run: Run
+    cpu_allocated: int | None  # the build's and first warm-up steps' peak, on CPU
+    build_peaks: tuple[int, int] | None  # (allocated, reserved) of the build, on CUDA
+
+
+def build_and_warm_up(
+    cfg: JobConfig, rank: int, world_size: int, device: torch.device, report: Report
+) -> WarmedUp:
+    """Build the session and run the untimed warm-up steps. The allocator's peak on CPU is
+    only knowable from the profiler's allocation events, so the build and the first
+    warm-up steps run under memory tracking there; on CUDA the build's peaks are read
+    apart, and the peaks restart before the timed steps."""
+    built: list[Run] = []
+
+    def build() -> Run:
+        report("build")
+        built.append(Run(Session.build(cfg, rank, world_size, device)))
+        return built[0]
+
+    def warm_up(run: Run, step: int) -> None:
+        report(f"warm-up {step + 1}/{cfg.warmup_steps}")
+        run.step(step)
+
+    tracked = min(cfg.warmup_steps, MEMORY_TRACKED_STEPS)
+    cpu_allocated, build_peaks = None, None
+    if device.type == "cpu":
+
+        def build_and_track() -> None:
+            run = build()
+            for s in range(tracked):
+                warm_up(run, s)
+
+        _, cpu_allocated = cpu_peak_allocated(build_and_track)
+    else:
+        build()
+        build_peaks = restart_cuda_peaks(device)
+        for s in range(tracked):
+            warm_up(built[0], s)
+    for s in range(tracked, cfg.warmup_steps):
+        warm_up(built[0], s)
+    if device.type == "cuda":  # the timed steps' peaks: not the build's, not warm-up's
+        restart_cuda_peaks(device)
+    return WarmedUp(built[0], cpu_allocated, build_peaks)
+
+
+@dataclass
+class Timed:
+    step_times_s: list[float]  # this rank's
+    peak_rss: int
+    rss_scope: str
+
+
+def timed_steps(run: Run, report: Report) -> Timed:
+    """The timed steps, each between two device synchronisations. RSS is measured over
+    them alone: the memory tracking of warm-up holds every allocation event, hundreds of
+    MiB for an engine that allocates per collective."""
+    cfg, device = run.session.cfg, run.session.device
+    rss_scope = "timed steps" if reset_peak_rss() else "process lifetime"
+    step_times: list[float] = []
+    for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
+        report(f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
+        synchronize(device)
+        start = time.perf_counter()
+        run.step(s)
+        synchronize(device)
+        step_times.append(time.perf_counter() - start)
+    return Timed(step_times, peak_rss_bytes(), rss_scope)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryPeaks:
+    """One rank's memory peaks (None: unknown here). Retries and OOMs count the whole job."""
+
+    allocated: int | None
+    reserved: int | None
+    rss: int | None
+    build_allocated: int | None
+    build_reserved: int | None
+    alloc_retries: int | None
+    ooms: int | None
+    outside_allocator: int | None
+
+    @classmethod
+    def of_rank(cls, warmed: WarmedUp, peak_rss: int) -> MemoryPeaks:
+        """Read after the timed steps, when NCCL's communicators and the libraries'
+        handles exist."""
+        device = warmed.run.session.device
+        if device.type != "cuda":
+            return cls(allocated=warmed.cpu_allocated, reserved=None, rss=peak_rss,
+                       build_allocated=None, build_reserved=None, alloc_retries=None,
+                       ooms=None, outside_allocator=None)  # fmt: skip
+        stats = torch.cuda.memory_stats(device)
+        build = warmed.build_peaks or (None, None)
+        return cls(
+            allocated=torch.cuda.max_memory_allocated(device),
+            reserved=torch.cuda.max_memory_reserved(device),
+            rss=peak_rss,
+            build_allocated=build[0],
+            build_reserved=build[1],
+            alloc_retries=stats.get("num_alloc_retries"),
+            ooms=stats.get("num_ooms"),
+            outside_allocator=cuda_memory_outside_allocator(device),
+        )
+
+    def max_across_ranks(self, device: torch.device) -> MemoryPeaks:
+        """Each field's largest value over the ranks, in one all-reduce; None stays None
+        where no rank knows it."""
+        values = [-1 if v is None else v for v in astuple(self)]
+        peaks = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+        reduced = (int(v) if v >= 0 else None for v in peaks.tolist())
+        return MemoryPeaks(**dict(zip((f.name for f in fields(self)), reduced, strict=True)))
+
+
+@dataclass
+class Reduced:
+    """What the job reports of all its ranks."""
+
+    step_times_s: list[float]  # the slowest rank's, step by step
+    losses: list[float | None]  # the mean over ranks (typed as result.json holds them)
+    grad_norms: list[float | None] | None  # global norms, identical on every rank
+    peaks: MemoryPeaks
+
+
+def reduce_across_ranks(warmed: WarmedUp, timed: Timed) -> Reduced:
+    """Reduce once, outside the timed region, and before the profiled pass: no collective
+    is then pending while any rank writes its trace."""
+    run, device = warmed.run, warmed.run.session.device
+    slowest = torch.tensor(timed.step_times_s, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    mean_losses = torch.stack(run.losses).to(torch.float64)
+    dist.all_reduce(mean_losses)
+    mean_losses /= run.session.world_size
+    peaks = MemoryPeaks.of_rank(warmed, timed.peak_rss).max_across_ranks(device)
+    grad_norms = torch.stack(run.grad_norms).tolist() if run.grad_norms else None
+    return Reduced(slowest.tolist(), mean_losses.tolist(), grad_norms, peaks)
+
+
+def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | None:
+    """A separate profiled pass after the timed steps; its times never feed the metrics."""
+    session = run.session
+    cfg = session.cfg
+    if cfg.profile.steps <= 0:
+        return None
+    try:
+        from harness.profiling import capture_profile, trace_path
+    except ImportError:
+        return None
+    report("profile")
+    next_step = cfg.warmup_steps + cfg.steps
+    counter = iter(range(next_step, next_step + cfg.profile.warmup + cfg.profile.steps))
+
+    def profiled_step(_i: int) -> None:
+        run.step(next(counter))
+        synchronize(session.device)  # the step's kernels land inside its ProfilerStep window
+
+    capture_profile(
+        profiled_step,
+        steps=cfg.profile.steps,
+        warmup=cfg.profile.warmup,
+        out_dir=job_dir,
+        rank=session.rank,
+        world_size=session.world_size,
+        use_cuda=session.device.type == "cuda",
+    )
+    # Summaries are computed offline from the trace files (harness.results), never here:
+    # summarising every rank's trace would keep the other ranks waiting in a collective.
+    paths = [trace_path(job_dir, r) for r in range(session.world_size)]
+    return {"traces": [str(p.relative_to(job_dir)) for p in paths]}
