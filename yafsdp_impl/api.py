@@ -12,13 +12,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from yafsdp_impl import collectives, state_dict
+from yafsdp_impl.annotation_names import COLLECTIVES
 from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
 from yafsdp_impl.plan import BufferPlan, PlanChoice, choose_for_budget, choose_plan, engine_bytes
 from yafsdp_impl.schedule import Schedule
-
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
 
 def byte_classes(report: Mapping[str, Any]) -> dict[str, int]:

@@ -9,7 +9,8 @@ the oldest reduce-scatter in flight once that one is done. What is lent and issu
 depends on the layout alone, so every rank issues its collectives in the same order.
 
 `ReduceScatters` is a part of `Schedule`, kept apart by concept: its methods run on the
-schedule's own state, declared below.
+schedule's own state, declared below. `BufferSlot` is here as lending a weight buffer
+empties its slot.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ class ReduceScatters:
         self.resident_reduce_scatter: ReduceScatterInFlight | None = None
 
     def _complete_grads(self, i: int) -> None:
-        raise NotImplementedError  # the schedule's: its gradient views
+        """Make unit i's gradient buffer whole before it is read (`Schedule`'s: it keeps the
+        gradient views)."""
+        raise NotImplementedError
 
     def _reduce_scatter(self, i: int) -> None:
         """Reduce-scatter unit i's gradient buffer through staging lanes: in one piece, or,

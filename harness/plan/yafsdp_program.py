@@ -99,7 +99,7 @@ def skeleton(
     import torch
 
     from harness.plan.memory import yafsdp_layout
-    from yafsdp_impl.api import COLLECTIVES
+    from yafsdp_impl.annotation_names import COLLECTIVES
     from yafsdp_impl.schedule import Schedule
 
     layout, buffers, _ = yafsdp_layout(

@@ -1,0 +1,71 @@
+"""Every profiler range the engine's schedule opens is named by `yafsdp_impl.annotation_names`
+and parses back to the collective it issues, in issue order: the units', the resident
+unit's and the clipping's (the schedule driven on the meta device, as the planner drives it)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from harness.plan.memory import yafsdp_layout
+from harness.plan.yafsdp_program import _Recorder
+from yafsdp_impl import annotation_names as names
+from yafsdp_impl import clipping, reduce_scatter, schedule
+from yafsdp_impl.schedule import Schedule
+
+
+def _drive(grad_accum: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Schedule]:
+    opened: list[str] = []
+
+    @contextlib.contextmanager
+    def recorded(name: str) -> Iterator[None]:
+        opened.append(name)
+        yield
+
+    for module in (schedule, reduce_scatter, clipping):
+        monkeypatch.setattr(module, "record_function", recorded)
+    layout, buffers, _ = yafsdp_layout("llama_tiny", 2, "bf16", "fp32", True, "auto", None)
+    ends: list[Any] = []
+    s = Schedule(layout, buffers, _Recorder(2),  # type: ignore[arg-type]
+                 grad_accum_steps=grad_accum, grad_views=[[] for _ in range(len(layout.units) + 1)],
+                 at_backward_end=ends.append)  # fmt: skip
+    n = len(layout.units)
+    with torch.no_grad():
+        for _micro in range(grad_accum):
+            s.on_root_forward()
+            for i in range(n):
+                s.pre_forward(i)
+                s.close_range()
+            for i in reversed(range(n)):
+                s.pre_backward(i)
+            ends.pop()()
+        s.clip_grad_norm_(1.0)
+        s.wait_in_flight()
+    return opened, s
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_every_range_parses_to_what_the_schedule_issued(
+    grad_accum: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened, s = _drive(grad_accum, monkeypatch)
+    waits = [n for n in opened if n.startswith(f"{names.PREFIX}.wait.")]
+    parsed = [names.parse(n) for n in opened if n not in waits]
+    assert None not in parsed, [n for n in opened if n not in waits and names.parse(n) is None]
+    collectives = [(k, u) for k, u in parsed if k in names.COLLECTIVES]  # type: ignore[misc]
+
+    def unit_of(unit: str) -> str:  # the log names a unit as the layout does
+        return names.unit_name(int(unit)) if unit.isdigit() else unit
+
+    issued = [(op, unit) for op, unit in s.log if op in names.COLLECTIVES]
+    assert [(k, unit_of(u)) for k, u in collectives] == issued
+    assert ("all_gather", names.RESIDENT) in issued
+    assert ("reduce_scatter", names.RESIDENT) in issued
+    assert ("all_reduce", names.CLIP) in issued
+    n = len(s.layout.units)
+    assert [u for k, u in parsed if k == "forward"] == [str(i) for i in range(n)] * grad_accum
+    assert names.wait_in_flight() in waits
