@@ -11,6 +11,7 @@ import pytest
 
 from harness.engines import registry
 from harness.engines.registry import ENGINE_SPECS, ENGINES, resolve, spec_of
+from harness.plan.cli import job_configs
 from harness.plan.memory import MemoryCase, estimate_memory
 
 REFERENCES = ("memory_model", "time_schedule", "annotation_grammar")
@@ -59,3 +60,29 @@ def test_a_new_label_is_planned_by_the_models_its_entry_names(
     # on CPU stock FSDP2 gathers nothing ahead, the tuned variant one group: they differ
     assert memory("fsdp2_tuned") != memory("fsdp2")
     assert memory("fsdp2_tuned") != memory("fsdp1")
+
+
+def test_a_new_label_is_timed_by_the_schedule_its_entry_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time model follows the entry too: a label naming FSDP1's schedule gets FSDP1's
+    program, op for op, and one naming the unsharded reference's gets that one."""
+    from harness.plan.planner import network, time_case
+    from harness.plan.timing import build_program
+    from tests.plan.planned import priced_config
+
+    (cfg,) = job_configs(["model=llama_tiny", "engine=fsdp1", "gpus=2", "seq_len=64"])
+    priced = priced_config(cfg)
+    net = network(priced)
+    assert net is not None
+
+    def ops(label: str) -> list[tuple[str, str, int]]:
+        case = dataclasses.replace(time_case(priced), engine=label)
+        prog = build_program(case, priced.device_spec, net, frozenset())
+        return [(op.name, op.kind, op.nbytes) for op in prog]
+
+    schedule = ENGINES["fsdp1"].time_schedule
+    monkeypatch.setitem(ENGINES, "fsdp1_copy", dataclasses.replace(ENGINES["local"],
+                        label="fsdp1_copy", time_schedule=schedule))  # fmt: skip
+    assert ops("fsdp1_copy") == ops("fsdp1")
+    assert ops("fsdp1_copy") != ops("local")
