@@ -30,7 +30,7 @@ _PART_WORDS = {
     "fsdp1_shard_cast": "FSDP1's casts of the fp32 shards before each gather",
     "fsdp1_grad_upcast": "FSDP1's gradient upcasts and divisions",
     "fsdp2_copy_in_out": "FSDP2's copy-in and copy-out",
-    "yafsdp_buffers": "yafsdp's gradient-buffer zeroing, accumulation and staging copies",
+    "yafsdp_buffers": "yafsdp's gradient-buffer and staging copies",
     "local_grad_cast": "the unsharded gradients' fp32 cast",
 }
 

@@ -60,10 +60,11 @@ MECHANISMS: dict[str, Mechanism] = {
         Mechanism(
             "yafsdp_buffers",
             ("yafsdp",),
-            "yafsdp zeroes each unit's gradient buffer, accumulates autograd's gradients "
-            "into it in place and copies it into the fp32 staging, on the compute stream",
-            "yafsdp_impl/schedule.py pre_backward, _reduce_scatter; yafsdp_impl/buffers.py "
-            "bind_views (.grad preset to the buffer)",
+            "yafsdp copies each weight's gradient into its unit's gradient buffer and the "
+            "buffer into the fp32 staging, and adds each reduced shard into the master "
+            "gradient, on the compute stream",
+            "yafsdp_impl/schedule.py gradient_arrived (a post-accumulate hook); "
+            "yafsdp_impl/reduce_scatter.py _reduce_scatter, _add_into_master_grad",
         ),
         Mechanism(
             "launch_overhead",
