@@ -101,8 +101,10 @@ def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
 
     import torch
 
+    from harness.placement import resolved
+
     on_gpu = (device is not None and getattr(device, "type", "") == "cuda") or (
-        device is None and cfg.device != "cpu" and torch.cuda.is_available()
+        device is None and resolved(cfg).device == "cuda" and torch.cuda.is_available()
     )
     if on_gpu:
         return int(torch.cuda.mem_get_info(device)[0])
@@ -128,9 +130,11 @@ def yafsdp_memory_budget(
 
 
 def _backend(cfg: JobConfig) -> str:
-    if cfg.backend != "auto":
-        return cfg.backend
-    return "gloo" if cfg.device == "cpu" else "nccl"
+    """The backend the job's ranks will use: `auto` resolved as a rank on this machine
+    resolves it (a CPU dry run is planned as gloo, not NCCL)."""
+    from harness.placement import resolved
+
+    return resolved(cfg).backend
 
 
 def network(cfg: JobConfig, measured: Calibration | None = None) -> CollectivePricer | None:

@@ -141,3 +141,16 @@ def test_cuda_peaks_restart_after_finishing_queued_work(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: log.append("reset"))
     assert memory.restart_cuda_peaks(torch.device("cuda", 0)) == (7, 9)
     assert log == ["sync", "read", "reset"]
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_the_planner_plans_auto_as_the_rank_runs_it(monkeypatch: pytest.MonkeyPatch, cuda: bool):
+    from harness.plan.planner import memory_case
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    case = memory_case(JobConfig(device="auto", backend="auto"), with_budget=False)
+    assert case.asynchronous is cuda  # NCCL overlaps; a CPU dry run is planned as gloo
+    assert (
+        memory_case(JobConfig(device="cuda", backend="gloo"), with_budget=False).asynchronous
+        is False
+    )
