@@ -18,7 +18,7 @@ from torch import nn
 from harness import train_step as steps
 from harness.config import JobConfig
 from harness.data import token_batch
-from harness.engines.base import RunContext, Wrapped, checkpoint_first_layers
+from harness.engines.base import DTYPES, RunContext, Wrapped, checkpoint_first_layers
 from harness.engines.registry import get_engine
 from harness.models.build import (
     build_job_model,
@@ -29,6 +29,7 @@ from harness.models.build import (
 )
 from harness.models.shapes import ModelShape
 from harness.placement import placed
+from harness.plan.planner import yafsdp_memory_budget
 
 Batch = steps.Batch
 Wrap = Callable[[nn.Module, RunContext], Wrapped]
@@ -45,6 +46,33 @@ def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
     wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)
     restore_buffers(wrapped.module, buffers, ctx.device)
     return wrapped
+
+
+def engine_context(
+    cfg: JobConfig,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    *,
+    planned_budget: bool = True,
+) -> RunContext:
+    """What an engine needs of a job's config on one rank. yafsdp's memory budget is the
+    planner's for the job as it runs on `device` (none with `planned_budget=False`)."""
+    budget = None
+    if planned_budget and cfg.engine.name == "yafsdp":
+        budget = yafsdp_memory_budget(placed(cfg, device), device)
+    return RunContext(
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        param_dtype=DTYPES[cfg.dtype],
+        reduce_dtype=DTYPES[cfg.engine.reduce_dtype],
+        ckpt_layers=cfg.ckpt_layers,
+        grad_accum=cfg.grad_accum,
+        seed=cfg.seed,
+        cfg=cfg.engine,
+        memory_budget_bytes=budget,
+    )
 
 
 @dataclass(kw_only=True)
@@ -84,14 +112,7 @@ class Session:
         own_settings = model_settings(model)  # before an engine renames its class
         # Checkpoint the block, then shard it: one place, the same for every engine.
         checkpoint_first_layers(decoder_parts(model).layers, cfg.ckpt_layers)
-        # the planner chooses yafsdp's budget for the job as it runs on `device`
-        ctx = RunContext.of_job(
-            placed(cfg, device),
-            rank=rank,
-            world_size=world_size,
-            device=device,
-            budget=planned_budget,
-        )
+        ctx = engine_context(cfg, rank, world_size, device, planned_budget=planned_budget)
         wrapped = wrap(model, ctx)
         optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
         return cls(

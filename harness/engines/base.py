@@ -17,13 +17,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from harness.config import EngineConfig, JobConfig
+from harness.config import EngineConfig
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(kw_only=True)
 class RunContext:
+    """What an engine needs of a job on one rank (`harness.session.engine_context`)."""
+
     rank: int
     world_size: int
     device: torch.device
@@ -35,36 +37,6 @@ class RunContext:
     cfg: EngineConfig
     # yafsdp: the memory budget for its buffer plan (`YaFSDP(memory_budget_bytes=...)`)
     memory_budget_bytes: int | None = None
-
-    @classmethod
-    def of_job(
-        cls,
-        job: JobConfig,
-        *,
-        rank: int,
-        world_size: int,
-        device: torch.device,
-        budget: bool = True,
-    ) -> RunContext:
-        """What an engine needs of a job's config on one rank; `budget=False` leaves
-        yafsdp without the planner's memory budget."""
-        memory_budget = None
-        if budget and job.engine.name == "yafsdp":
-            from harness.plan.planner import yafsdp_memory_budget
-
-            memory_budget = yafsdp_memory_budget(job, device)
-        return cls(
-            rank=rank,
-            world_size=world_size,
-            device=device,
-            param_dtype=DTYPES[job.dtype],
-            reduce_dtype=DTYPES[job.engine.reduce_dtype],
-            ckpt_layers=job.ckpt_layers,
-            grad_accum=job.grad_accum,
-            seed=job.seed,
-            cfg=job.engine,
-            memory_budget_bytes=memory_budget,
-        )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

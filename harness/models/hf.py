@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from harness.models.shapes import HF_CONFIG_PREFIX, ModelShape, get_shape
+from harness.models.presets import HF_CONFIG_PREFIX, ModelShape, get_shape
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
