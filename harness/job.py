@@ -151,8 +151,10 @@ def _local_gpus(cfg: JobConfig) -> int | None:
         return None
     try:
         import torch
+
+        from harness.placement import resolved
     except ImportError:
         return None
-    if cfg.device == "cuda" or cfg.backend == "nccl" or torch.cuda.is_available():
+    if resolved(cfg).device == "cuda" or cfg.backend == "nccl":
         return torch.cuda.device_count()
     return None
