@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[harness.bandwidth] refused: --ranks {ranks} is more than the {gpus} GPUs "
               "here; use --ranks <= that, or --cpu", file=sys.stderr)  # fmt: skip
         return 2
-    from harness.launch import free_port
+    from harness.ports import free_port
 
     torch.multiprocessing.spawn(_spawned, args=(ranks, free_port(), argv), nprocs=ranks)
     result = json.loads(Path(args.out).read_text())

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,16 +28,11 @@ from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
 from harness.job_dir import JobDir
+from harness.ports import free_port
 
 POLL_S = 0.25
 TIMEOUT_GRACE_S = 10.0  # a job over its limit: time for the ranks to end themselves
 INTERRUPT_GRACE_S = 3.0  # a person pressed Ctrl-C: end everything within seconds
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_local(

@@ -12,7 +12,6 @@ traces/rank<r>.json.gz (from harness.profiling.capture_profile) and a result.jso
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.profiler import record_function
 
+from harness.ports import free_port
 from harness.profiling import capture_profile
 from harness.result import make_result, write_result
 from harness.trace import summarize_job
@@ -84,11 +84,5 @@ def _rank(rank: int, out_dir: str, port: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    mp.spawn(_rank, args=(sys.argv[1], _free_port()), nprocs=WORLD)
+    mp.spawn(_rank, args=(sys.argv[1], free_port()), nprocs=WORLD)
