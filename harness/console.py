@@ -21,12 +21,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.grid_point import POINT_COLUMNS
 from harness.job_dir import JobDir
 from harness.phase import read_phase
 from harness.result import Result
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
-LABEL_KEYS = frozenset({"model", "engine", "gpus", "seq_len", "ckpt_layers", "point"})
+LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "point"})
 
 
 def clock(seconds: float) -> str:

@@ -25,6 +25,7 @@ from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
+from harness.grid_point import POINT_COLUMNS, GridPoint
 from harness.init import canonical_name
 from harness.memory import cuda_memory_outside_allocator
 from harness.models.shapes import ModelShape, get_shape
@@ -72,16 +73,11 @@ def published_points(experiment: Path = EXPERIMENT) -> tuple[list[Point], list[s
 
 
 def reduced_points() -> tuple[list[Point], list[str]]:
-    points = [
-        Point(
-            f"{REDUCED_MODEL}_g{p}_s{REDUCED_SEQ_LEN}_c{REDUCED_CKPT_LAYERS}",
-            REDUCED_MODEL,
-            p,
-            REDUCED_SEQ_LEN,
-            REDUCED_CKPT_LAYERS,
-        )
-        for p in REDUCED_WORLD_SIZES
-    ]
+    points = []
+    for p in REDUCED_WORLD_SIZES:
+        fields = (REDUCED_MODEL, p, REDUCED_SEQ_LEN, REDUCED_CKPT_LAYERS)
+        name = GridPoint.of(dict(zip(POINT_COLUMNS, fields, strict=True))).file_stem()
+        points.append(Point(name, *fields))
     return points, ["yafsdp", "fsdp1", "fsdp2"]
 
 
