@@ -44,9 +44,11 @@ def cpu_model_name() -> str:
 def _backend(on_cuda: bool) -> str:
     import torch.distributed as dist
 
+    from harness.placement import resolve_backend
+
     if dist.is_available() and dist.is_initialized():
         return str(dist.get_backend())  # gloo may run on CUDA too
-    return "nccl" if on_cuda else "gloo"
+    return resolve_backend("auto", "cuda" if on_cuda else "cpu")
 
 
 def describe_environment(*, device: Any, world_size: int, threads_per_rank: int) -> dict[str, Any]:
