@@ -3,7 +3,7 @@
 python -m harness model=llama_tiny engine=fsdp2 gpus=2 seq_len=128 ckpt_layers=1
 python -m harness -m experiment=cpu_demo
 
-The console shows one line per finished job and a summary at the end (harness.console);
+The console shows one line per finished job and a summary at the end (harness.sweep.console);
 what the ranks print goes to `<job dir>/ranks/rank<r>.log`. Ctrl-C or SIGTERM ends the
 running job's ranks, marks that job `interrupted`, writes the sweep's results.csv for what
 finished and exits 130; the same command resumes.
@@ -24,13 +24,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from harness import callbacks
 from harness.config import JobConfig
-from harness.console import Console, job_label, short_path, swept_extras
-from harness.dirlock import DirectoryLocked, acquire
-from harness.job import Interrupted, in_distributed_env, run_in_existing_env, run_job
-from harness.result import Result
+from harness.job.run import Interrupted, in_distributed_env, run_in_existing_env, run_job
+from harness.jobdir.result import Result
 from harness.slurm import register_plugin
+from harness.sweep import callbacks
+from harness.sweep.console import Console, job_label, short_path, swept_extras
+from harness.sweep.dirlock import DirectoryLocked, acquire
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"

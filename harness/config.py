@@ -114,11 +114,6 @@ class FaultConfig:
 FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
 
 
-# Fields added after results were first recorded, with the value those results ran with:
-# an older result.json without the field is read as having it (resume, the report).
-FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
-
-
 @dataclass(kw_only=True)
 class JobConfig:
     model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>

@@ -27,8 +27,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from harness.grid_point import POINT_COLUMNS as POINT
-from harness.results import read_results_csv, write_results_csv
+from harness.results.grid_point import POINT_COLUMNS as POINT
+from harness.results.table import read_results_csv, write_results_csv
 
 
 def repo_root() -> Path:

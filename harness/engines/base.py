@@ -1,11 +1,11 @@
 """The door every engine comes through: wrap a model for N ranks, hand back what to train.
 
 A new engine is a module with a class that has `name` and `wrap(model, ctx) -> Wrapped`,
-registered in `harness/engines/registry.py`; `harness.session.wrap_model` calls it. The
+registered in `harness/engines/registry.py`; `harness.rank.session.wrap_model` calls it. The
 model arrives on the meta device, its first `ckpt_layers` blocks already wrapped for
 activation checkpointing (the same for every engine: checkpoint the block, then shard it);
-the engine materialises (its share of) it and initialises it from `harness.init` so every
-engine starts from the same weights.
+the engine materialises (its share of) it and initialises it from
+`harness.models.init_weights` so every engine starts from the same weights.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 @dataclass(kw_only=True)
 class RunContext:
-    """What an engine needs of a job on one rank (`harness.session.engine_context`)."""
+    """What an engine needs of a job on one rank (`harness.rank.session.engine_context`)."""
 
     rank: int
     world_size: int
@@ -52,7 +52,7 @@ def no_breakdown(optimizer: torch.optim.Optimizer) -> None:
 class Wrapped:
     """What the training loop drives. Hooks default to doing nothing.
 
-    The loop, per optimizer step (`harness.train_step`):
+    The loop, per optimizer step (`harness.rank.train_step`):
         for i in range(grad_accum):
             before_micro_batch(i); (loss * loss_scale).backward()
         after_backward(); clip_grad_norm_(max_norm) if clipping
@@ -112,6 +112,6 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
 
 def canonical_module_name(name: str) -> str:
     """A module's name in the unwrapped model (no checkpoint/FSDP wrapper segments)."""
-    from harness.init import canonical_name
+    from harness.models.init_weights import canonical_name
 
     return canonical_name(name + ".").rstrip(".")

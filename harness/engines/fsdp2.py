@@ -32,8 +32,8 @@ from harness.engines.base import (
     clip_grad_norm,
     dtype_name,
 )
-from harness.init import init_weights
 from harness.models.build import decoder_parts
+from harness.models.init_weights import init_weights
 
 
 class FSDP2Engine:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harness.engines.base import RunContext, Wrapped, clip_grad_norm, dtype_name
-from harness.init import init_weights
+from harness.models.init_weights import init_weights
 
 
 class LocalEngine:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from torch import nn
 
 from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
-from harness.init import initial_value
 from harness.models.build import decoder_parts
+from harness.models.init_weights import initial_value
 from yafsdp_impl import YaFSDP
 
 

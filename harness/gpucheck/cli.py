@@ -87,7 +87,7 @@ def _how(suite: str, cuda: bool) -> str:
 def describe(suites: list[str], cuda: bool) -> dict[str, Any]:
     import torch
 
-    from harness.environment import git_revision
+    from harness.rank.environment import git_revision
 
     revision = git_revision()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.session import Session
+from harness.rank.session import Session
 from yafsdp_impl import collectives
 
 

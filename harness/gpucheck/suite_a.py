@@ -37,7 +37,7 @@ from harness.gpucheck.training import (
 )
 from harness.models.build import decoder_parts
 from harness.models.shapes import ModelShape, get_shape
-from harness.session import Session
+from harness.rank.session import Session
 from yafsdp_impl import held_bytes
 
 SMALL = "llama_mini"

@@ -52,7 +52,7 @@ def job_config(label: str, world_size: int, model_impl: str = "native") -> JobCo
 
 
 def job_losses(label: str, world_size: int, root: Path, model_impl: str = "native") -> list[float]:
-    from harness.job import run_job
+    from harness.job.run import run_job
 
     config = job_config(label, world_size, model_impl)
     result = run_job(config, root / f"{label}_{model_impl}_g{world_size}").result

@@ -16,13 +16,13 @@ import torch
 
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import train_step
-from harness.session import Session
+from harness.rank.session import Session
 
 
 def capture_trace(t: Session, device: torch.device) -> dict[str, Any]:
     """Profile two steps of `t`; our per-step analysis, and HTA's overlap when the trace
     holds communication kernels (a one-rank NCCL group copies instead of launching one)."""
-    from harness.profiling import capture_profile
+    from harness.rank.profiling import capture_profile
     from harness.trace import summarize_trace
     from harness.trace.parse import load_trace
 

@@ -15,7 +15,7 @@ import torch
 from harness.config import EngineConfig, JobConfig
 from harness.engines.registry import ENGINES
 from harness.models.shapes import ModelShape
-from harness.session import Session
+from harness.rank.session import Session
 
 
 def engine_config(label: str) -> EngineConfig:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from harness.init import canonical_name
+from harness.models.init_weights import canonical_name
 from harness.models.llama import Llama, build_model
 from harness.models.shapes import ModelShape, get_shape
 

@@ -120,7 +120,7 @@ def _parameters_on_meta() -> Iterator[None]:
 
     Buffers (the rotary `inv_freq`) are computed in the constructor and no engine
     initialises them, so they must exist with their values; parameters are filled by each
-    engine from `harness.init`. (accelerate's `init_empty_weights` does the same.)
+    engine from `harness.models.init_weights`. (accelerate's `init_empty_weights` does the same.)
     """
     register = nn.Module.register_parameter
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.report.render import build_report
-from harness.results import sweep_dir_problem
+from harness.results.table import sweep_dir_problem
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Matched comparisons over the results table: speedups with their noise, loss parity.
 
-Pure functions over the `harness.results` DataFrame (no torch, no plotting), so each rule
+Pure functions over the `harness.results.table` DataFrame (no torch, no plotting), so each rule
 is testable on a hand-made table.
 """
 
@@ -15,11 +15,11 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
-from harness.grid_point import MATCH_COLUMNS, GridPoint
+from harness.jobdir.recorded_config import is_neutral
+from harness.jobdir.result import Metrics, typed_fields
 from harness.models.shapes import MODEL_SHAPES
-from harness.result import Metrics, typed_fields
-from harness.results import CONFIG_PREFIX
-from harness.resume import is_neutral
+from harness.results.grid_point import MATCH_COLUMNS, GridPoint
+from harness.results.table import CONFIG_PREFIX
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
 # The YaFSDP README's row order: the published models by family and size, then the
@@ -71,11 +71,11 @@ METRICS = frozenset(f.name for f in typed_fields(Metrics))
 
 
 def metric(row: pd.Series | None, name: str) -> Any:
-    """The job's `name` metric (a field of harness.result.Metrics), or None where it was not
+    """The job's `name` metric (a field of harness.jobdir.result.Metrics), or None where it was not
     measured. A name that Metrics lacks raises, so a misspelt metric cannot pass for an
     unmeasured one (a blank cell)."""
     if name not in METRICS:
-        raise KeyError(f"{name!r} is not a metric: harness.result.Metrics has no such field")
+        raise KeyError(f"{name!r} is not a metric: harness.jobdir.result.Metrics has no such field")
     return value(row, name)
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.grid_point import Setting
 from harness.report.compare import (
     BASELINES,
     LossParity,
@@ -20,6 +19,7 @@ from harness.report.compare import (
     sort_jobs,
     speedups,
 )
+from harness.results.grid_point import Setting
 
 
 @dataclass

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.grid_point import MATCH_COLUMNS, GridPoint, Setting
 from harness.report import figures
 from harness.report.compare import sort_jobs, value, with_variants
 from harness.report.jobs import ReportJobs
@@ -24,8 +23,9 @@ from harness.report.pictures import (
     sweep_timeline_caption,
 )
 from harness.report.sections import render_markdown
-from harness.results import collect_results, to_csv
-from harness.trace.timeline import TIMELINE_DIR, sweep_timelines
+from harness.results.grid_point import MATCH_COLUMNS, GridPoint, Setting
+from harness.results.table import collect_results, to_csv
+from harness.results.timelines import TIMELINE_DIR, sweep_timelines
 
 REPORT_FILE = "report.md"
 

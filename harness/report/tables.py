@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from harness.grid_point import GridPoint
 from harness.report.compare import (
     MISSING,
     STATUS_CELL,
@@ -28,7 +27,8 @@ from harness.report.compare import (
 )
 from harness.report.figures import primary_memory
 from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
-from harness.results import PROFILE_PREFIX
+from harness.results.grid_point import GridPoint
+from harness.results.table import PROFILE_PREFIX
 
 PUBLISHED_HEADER = [
     "model",

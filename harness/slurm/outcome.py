@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.job_dir import RESULT_FILE
-from harness.rank_outcome import RankOutcome, read_rank_outcomes, root_cause
-from harness.result import (
+from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.rank_outcome import RankOutcome, read_rank_outcomes, root_cause
+from harness.jobdir.result import (
     CorruptResultError,
     Result,
     make_result,

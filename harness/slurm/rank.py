@@ -1,6 +1,6 @@
 """Inside one SLURM task: this rank's distributed environment.
 
-The rank outcome files (`<job_dir>/ranks/rank<r>.json`) are harness.rank_outcome's; the
+The rank outcome files (`<job_dir>/ranks/rank<r>.json`) are harness.jobdir.rank_outcome's; the
 worker writes them, and the SLURM task writes one where the worker never ran.
 """
 

@@ -18,17 +18,17 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
-from harness.job import Interrupted
-from harness.job_dir import RESULT_FILE, JobDir
-from harness.launch import interrupts_deferred
-from harness.result import (
+from harness.job.launch import interrupts_deferred
+from harness.job.run import Interrupted
+from harness.jobdir.paths import RESULT_FILE, JobDir
+from harness.jobdir.result import (
     Result,
     make_result,
     read_result,
     write_json_atomic,
     write_result,
 )
-from harness.result import finished_ok as _finished_ok
+from harness.jobdir.result import finished_ok as _finished_ok
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 

@@ -12,8 +12,8 @@ from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from harness.job_dir import JobDir
-from harness.rank_outcome import read_rank_outcome, write_rank_outcome
+from harness.jobdir.paths import JobDir
+from harness.jobdir.rank_outcome import read_rank_outcome, write_rank_outcome
 from harness.slurm import ensure_plugin_importable
 from harness.slurm.rank import export_rank_env
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline

@@ -1,6 +1,6 @@
 """Trace summaries computed offline, cached beside each trace, for a whole sweep at once.
 
-Jobs only write traces; whoever reads a sweep (`harness.results`, and so the report)
+Jobs only write traces; whoever reads a sweep (`harness.results.table`, and so the report)
 summarises them here. A summary is cached as `.<trace name>.summary.json` next to its trace,
 valid while the trace's size and mtime and the analysis version are unchanged, so a fix to
 the analysis (a bump of ANALYSIS_VERSION) reaches old sweeps. Jobs are summarised in a

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 from harness.trace.classify import TraceKind, classify, detect_kind
 from harness.trace.overlap import (
     STEP_COLUMNS,

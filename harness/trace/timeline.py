@@ -3,9 +3,7 @@ communication streams (threads on CPU), engines stacked on one shared time axis.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -13,11 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from harness.grid_point import MATCH_COLUMNS, GridPoint  # noqa: E402
-from harness.result import CorruptResultError, read_result, write_json_atomic  # noqa: E402
+from harness.jobdir.result import CorruptResultError, read_result  # noqa: E402
 from harness.trace.classify import COMM, COMPUTE, MEMORY  # noqa: E402
 from harness.trace.overlap import Intervals, clip, merge, subtract  # noqa: E402
 from harness.trace.parse import TraceError, load_trace  # noqa: E402
@@ -117,67 +113,3 @@ def plot_timeline(
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
-
-
-TIMELINE_DIR = "timelines"  # <sweep>/timelines/: one picture per grid point
-TIMELINE_INDEX = "index.json"  # which grid point each picture shows
-
-
-def write_timeline_index(sweep_dir: Path | str, pictures: dict[GridPoint, str]) -> Path:
-    """Record which grid point each of the sweep's timeline pictures (file names in
-    <sweep>/timelines/) shows, so that no reader has to guess it from a name."""
-    entries = [{"file": name, "point": point.to_dict()} for point, name in pictures.items()]
-    path = Path(sweep_dir) / TIMELINE_DIR / TIMELINE_INDEX
-    write_json_atomic(path, {"timelines": entries})
-    return path
-
-
-def sweep_timelines(
-    sweep_dir: Path | str, points: Iterable[GridPoint] = ()
-) -> dict[str, GridPoint]:
-    """The sweep's timeline pictures (file name -> grid point) as its index records them;
-    a sweep drawn before the index existed has its pictures found by the names
-    `timeline_names` gives `points` (the grid points of its jobs)."""
-    path = Path(sweep_dir) / TIMELINE_DIR / TIMELINE_INDEX
-    try:
-        entries = json.loads(path.read_text())["timelines"]
-        return {str(e["file"]): GridPoint.from_dict(e["point"]) for e in entries}
-    except (OSError, ValueError, KeyError, TypeError):
-        names = timeline_names(points)
-        return {name: point for point, name in names.items()}
-
-
-def timeline_names(points: Iterable[GridPoint]) -> dict[GridPoint, str]:
-    """Each grid point's picture name: `llama_tiny_g2_s128_c1.png`, with the setting added
-    where two points share model, gpus, seq_len and ckpt_layers."""
-    points = list(dict.fromkeys(points))
-    stems = Counter(p.file_stem() for p in points)
-    return {p: f"{p.file_stem(with_setting=stems[p.file_stem()] > 1)}.png" for p in points}
-
-
-def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
-    """One picture per grid point of a sweep, its engines side by side, in <sweep>/timelines/,
-    and the index of which point each shows.
-
-    `df` is the sweep's results table (harness.results.collect_results); points whose jobs
-    have no traces are left out, and a trace that cannot be drawn is reported, not fatal.
-    """
-    sweep_dir = Path(sweep_dir)
-    out_dir = sweep_dir / TIMELINE_DIR
-    traced = df[(df["status"] == "ok") & df.get("profile_traces", pd.Series(dtype=object)).notna()]
-    jobs: dict[GridPoint, list[tuple[str, str]]] = {}
-    for _, row in traced.iterrows():
-        point = GridPoint.of({c: row.get(c) for c in MATCH_COLUMNS})
-        jobs.setdefault(point, []).append((str(row["engine"]), str(row["job_dir"])))
-    names = timeline_names(sorted(jobs, key=lambda p: [str(v) for v in p.to_dict().values()]))
-    written, drawn = [], {}
-    for point, name in names.items():
-        job_dirs = [sweep_dir / job_dir for _, job_dir in sorted(jobs[point])]
-        try:
-            written.append(plot_timeline(job_dirs, out_dir / name))
-            drawn[point] = name
-        except TraceError as e:
-            print(f"[harness] timeline {name} not drawn: {e}")
-    if drawn:
-        write_timeline_index(sweep_dir, drawn)
-    return written

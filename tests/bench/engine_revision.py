@@ -27,7 +27,7 @@ from torch import nn
 
 from harness.engines import yafsdp as adapter
 from harness.engines.base import RunContext, Wrapped
-from harness.session import wrap_model
+from harness.rank.session import wrap_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """Engines (or one engine on two model implementations) in one 2-rank process group,
 stepped in turn, so that load from other processes on a shared machine falls on every run
 alike (separate jobs cannot promise that). Each rank uses 1 thread; the same per-rank batch
-for every run; the timed step is `harness.train_step.train_step`, the one every job times
+for every run; the timed step is `harness.rank.train_step.train_step`, the one every job times
 (clipping included)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch.distributed as dist
 
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
-from harness.memory import cpu_peak_allocated
-from harness.session import Session, wrap_model
+from harness.rank.memory_peaks import cpu_peak_allocated
+from harness.rank.session import Session, wrap_model
 from tests.bench.engine_revision import wrap_at
 
 # label -> (engine label, model_impl)

@@ -35,8 +35,8 @@ from tabulate import tabulate
 
 from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES
-from harness.job import run_job
-from harness.metrics import measure_matmul_peak_flops
+from harness.job.run import run_job
+from harness.rank.metrics import measure_matmul_peak_flops
 
 # At module level, so that make test (which collects benchmarks but skips them) fails on
 # an import a benchmark needs.

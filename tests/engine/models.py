@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.init import init_weights
+from harness.models.init_weights import init_weights
 from harness.models.llama import build_model
 
 VOCAB_GPT = 96

@@ -193,7 +193,7 @@ def test_norms_and_outside_params_are_resident(fake_world: int) -> None:
 def test_meta_module_is_initialised_shard_by_shard(fake_world: int) -> None:
     """With init_fn, a meta-device model is never materialised: only the parameters that
     overlap this rank's shards are computed, and the shards hold exactly their values."""
-    from harness.init import initial_value
+    from harness.models.init_weights import initial_value
 
     model = build_model("llama_tiny")  # meta
     names = [n for n, _ in model.named_parameters()]

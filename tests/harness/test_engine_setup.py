@@ -123,7 +123,7 @@ def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
     """A budget the separate_ends plan fits gives it; one far below gives the smaller plan
     (on llama_tiny, whose ends are barely larger than a layer: alternating buffers); the
     engine settings say which, with the plan it was chosen over."""
-    from harness.session import Session
+    from harness.rank.session import Session
 
     seen = {}
     with fake_world(2):

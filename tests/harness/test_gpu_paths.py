@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness import measure, memory, metrics
 from harness.config import JobConfig
-from harness.data import token_batch
 from harness.placement import Placement, cuda_index, resolve_backend, resolved
+from harness.rank import measure, metrics
+from harness.rank import memory_peaks as memory
+from harness.rank.data import token_batch
 from harness.validate import validation_errors
 
 
@@ -116,9 +117,9 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
             run_step(i)
         return None
 
-    import harness.profiling
+    import harness.rank.profiling
 
-    monkeypatch.setattr(harness.profiling, "capture_profile", fake_capture)
+    monkeypatch.setattr(harness.rank.profiling, "capture_profile", fake_capture)
     cfg = JobConfig(warmup_steps=1, steps=2)
 
     class Steps:
@@ -129,7 +130,7 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
 
     profile = measure.profiled_pass(Steps(), tmp_path, lambda phase: None)  # type: ignore[arg-type]
     assert log == ["step3", "sync", "step4", "sync", "step5", "sync"]
-    # the job lists its traces; summaries are computed offline (harness.results)
+    # the job lists its traces; summaries are computed offline (harness.results.table)
     assert profile == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}
 
 

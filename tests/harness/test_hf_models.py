@@ -11,8 +11,8 @@ import torch
 
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
-from harness.init import init_weights
 from harness.models.build import build_job_model, restore_buffers, snapshot_buffers
+from harness.models.init_weights import init_weights
 from harness.models.llama import build_model
 from harness.models.shapes import ModelShape, get_shape
 from harness.validate import validation_errors
@@ -163,7 +163,7 @@ def test_refuses_an_hf_config_with_the_native_implementation(tmp_path: Path) -> 
 def test_a_result_from_before_model_impl_stands_for_native_only() -> None:
     from dataclasses import asdict
 
-    from harness.resume import config_differences
+    from harness.job.resume import config_differences
 
     older = asdict(JobConfig())
     del older["model_impl"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import read_result
+from harness.jobdir.result import read_result
 from tests.processes import REPO, run_module
 
 CONFIGS = REPO / "sweeps" / "hf_models"

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from harness.rss import peak_rss_bytes, reset_peak_rss
+from harness.rank.rss import peak_rss_bytes, reset_peak_rss
 
 MIB = 2**20
 
@@ -30,7 +30,7 @@ def test_memory_outside_the_allocator_is_only_told_with_a_device_per_rank(
 ) -> None:
     """The device's used memory less what the allocator reserved; where ranks share a
     device, its used memory is theirs together, and no figure is given."""
-    from harness.memory import cuda_memory_outside_allocator
+    from harness.rank.memory_peaks import cuda_memory_outside_allocator
 
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

@@ -1,5 +1,5 @@
 """`Session` builds a job as the worker does and steps it as every job is timed;
-`harness.measure` reduces a rank's memory peaks across ranks in one collective."""
+`harness.rank.measure` reduces a rank's memory peaks across ranks in one collective."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
-from harness.data import token_batch
 from harness.engines.registry import ENGINES
-from harness.measure import MemoryPeaks
+from harness.jobdir.result import Metrics, typed_fields
 from harness.models.shapes import ModelShape
-from harness.result import Metrics, typed_fields
-from harness.session import Session, wrap_model
-from harness.train_step import train_step
+from harness.rank.data import token_batch
+from harness.rank.measure import MemoryPeaks
+from harness.rank.session import Session, wrap_model
+from harness.rank.train_step import train_step
 from tests.distributed import run_on_ranks
 from tests.harness.training import short_job, train_jobs
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from harness.config import EngineConfig, JobConfig
-from harness.dirlock import LOCK_FILE, DirectoryLocked, acquire
-from harness.job import decide_result
-from harness.result import CorruptResultError, make_result, read_result, write_result
-from harness.resume import rerun_reason
+from harness.job.resume import rerun_reason
+from harness.job.run import decide_result
+from harness.jobdir.result import CorruptResultError, make_result, read_result, write_result
+from harness.sweep.dirlock import LOCK_FILE, DirectoryLocked, acquire
 from harness.validate import unknown_field_errors, validation_errors
 from tests.processes import REPO, run_module
 
@@ -71,7 +71,7 @@ def test_a_second_runner_is_refused_naming_the_holder(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys, time; from harness.dirlock import acquire; acquire(sys.argv[1]); "
+            "import sys, time; from harness.sweep.dirlock import acquire; acquire(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(60)",
             str(tmp_path),
         ],

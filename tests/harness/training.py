@@ -17,7 +17,7 @@ def train_jobs(
     """Each config's (metrics, engine settings) on this rank, trained one after another by
     the worker's own training function; None for a job that returned no result."""
     from harness.placement import Placement
-    from harness.worker import train
+    from harness.rank.run import train
 
     place = Placement(rank=rank, world_size=world_size, local_rank=rank,
                       local_world_size=world_size, device=torch.device("cpu"), backend="gloo",

@@ -10,8 +10,8 @@ import torch
 
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
-from harness.memory import cpu_peak_allocated, frees_counted_on_every_thread
-from harness.session import Session
+from harness.rank.memory_peaks import cpu_peak_allocated, frees_counted_on_every_thread
+from harness.rank.session import Session
 
 STEPS = 2  # the job's memory-tracked warm-up steps: the second holds the AdamW state
 

@@ -1,6 +1,6 @@
 """What a real engine launches in one steady-state step, one rank of a fake process group.
 
-The engine is built and trained as a job would (`harness.session.Session`),
+The engine is built and trained as a job would (`harness.rank.session.Session`),
 on CPU tensors at a small size; a dispatch mode records every c10d collective (kind and
 bytes: the unsharded buffer) and every kernel the step runs outside the model's own ops.
 The fake process group returns at once, so values are wrong, but the calls, their order and
@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
 from harness.plan.kernels import _memory_bytes
-from harness.session import Session
+from harness.rank.session import Session
 
 # c10d op name -> the collective it is; list forms count every output chunk.
 _KINDS = {

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.result import make_result, write_result
+from harness.jobdir.result import make_result, write_result
 
 
 def percentile(xs: list[float], q: float) -> float:

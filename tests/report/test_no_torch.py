@@ -40,7 +40,7 @@ def test_report_and_results_run_without_torch(sweep: Path, tmp_path: Path) -> No
     proc = run_without_torch(
         tmp_path,
         "-c",
-        "import harness.report, harness.results, sys; "
+        "import harness.report, harness.results.table, sys; "
         "assert not [m for m in sys.modules if m.split('.')[0] == 'torch' and sys.modules[m]]",
     )
     assert proc.returncode == 0, proc.stderr

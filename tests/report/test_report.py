@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from sweep_fixtures import write_job
 
-from harness.grid_point import GridPoint
 from harness.report import build_report
 from harness.report.__main__ import main
 from harness.report.compare import Speedup, model_display
-from harness.trace.timeline import write_timeline_index
+from harness.results.grid_point import GridPoint
+from harness.results.timelines import write_timeline_index
 
 HEADER = (
     "| model | gpu-count | seq-len | num-ckpt-layers | speedup | YaFSDP iteration time (s) "

@@ -10,7 +10,7 @@ import pandas as pd
 from sweep_fixtures import demo_sweep, write_job
 
 from harness.report import build_report
-from harness.results import collect_results
+from harness.results.table import collect_results
 
 
 def _set_config(path: Path, **fields: object) -> None:

@@ -6,9 +6,9 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from harness.grid_point import GridPoint
-from harness.result import Metrics, make_result, read_result, write_result
-from harness.results import JSON_METRICS, METRIC_COLUMNS
+from harness.jobdir.result import Metrics, make_result, read_result, write_result
+from harness.results.grid_point import GridPoint
+from harness.results.table import JSON_METRICS, METRIC_COLUMNS
 
 
 def test_a_result_round_trips_with_unknown_keys_and_explicit_nulls(tmp_path: Path) -> None:

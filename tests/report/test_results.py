@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from sweep_fixtures import write_job
 
-from harness.results import collect_results, write_results_csv
+from harness.results.table import collect_results, write_results_csv
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sweep_fixtures import write_job
 
-from harness.job_dir import RESULT_FILE
-from harness.result import Profile, read_result, write_result
-from harness.results import collect_results
+from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.result import Profile, read_result, write_result
+from harness.results.table import collect_results
 from harness.trace import cache
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 

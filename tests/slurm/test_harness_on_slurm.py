@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import Result, read_result
+from harness.jobdir.result import Result, read_result
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-HAS_RESULTS_CSV = importlib.util.find_spec("harness.results") is not None
+HAS_RESULTS_CSV = importlib.util.find_spec("harness.results.table") is not None
 COMMON = [
     "model=llama_tiny",
     "gpus_per_node=2",
@@ -151,7 +151,9 @@ def test_configs_that_cannot_work_are_refused_before_submission(sweep):
     assert log.count("refused before submission") == 5
 
 
-@pytest.mark.skipif(not HAS_RESULTS_CSV, reason="harness.results (results.csv) not on this branch")
+@pytest.mark.skipif(
+    not HAS_RESULTS_CSV, reason="harness.results.table (results.csv) not on this branch"
+)
 def test_results_csv_has_every_job(sweep):
     sweep_dir, _ = sweep
     with open(sweep_dir / "results.csv") as f:

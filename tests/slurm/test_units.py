@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.rank_outcome import write_rank_outcome
-from harness.result import Result, make_result, read_result, write_result
+from harness.jobdir.rank_outcome import write_rank_outcome
+from harness.jobdir.result import Result, make_result, read_result, write_result
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.rank import INHERITED_DIST_VARS, export_rank_env
 from harness.slurm.resources import ShapeError, job_shape, time_limit_min

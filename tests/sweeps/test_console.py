@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from harness.config import JobConfig
-from harness.console import Console, job_label
-from harness.job_dir import JobDir
-from harness.phase import report_phase
-from harness.result import Result, make_result
+from harness.jobdir.paths import JobDir
+from harness.jobdir.phase import report_phase
+from harness.jobdir.result import Result, make_result
+from harness.sweep.console import Console, job_label
 from tests.sweeps.test_local_sweep import multirun
 
 GRID = (

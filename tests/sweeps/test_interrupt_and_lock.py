@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.dirlock import LOCK_FILE
+from harness.sweep.dirlock import LOCK_FILE
 from tests.processes import REPO
 from tests.sweeps.test_local_sweep import TINY, multirun, rows
 

@@ -5,7 +5,7 @@
 Two toy engines train the same MLP: `blocking` all-reduces the gradients after backward
 (communication never overlaps), `overlapped` issues one asynchronous all-reduce per layer as
 soon as its gradient is ready, under yafsdp-style annotations. Each job directory gets
-traces/rank<r>.json.gz (from harness.profiling.capture_profile) and a result.json whose
+traces/rank<r>.json.gz (from harness.rank.profiling.capture_profile) and a result.json whose
 `profile` comes from harness.trace.summarize_job.
 """
 
@@ -20,9 +20,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.profiler import record_function
 
+from harness.jobdir.result import make_result, write_result
 from harness.ports import free_port
-from harness.profiling import capture_profile
-from harness.result import make_result, write_result
+from harness.rank.profiling import capture_profile
 from harness.trace import summarize_job
 
 ENGINES = {"blocking": "toy blocking all-reduce", "overlapped": "toy per-layer async all-reduce"}

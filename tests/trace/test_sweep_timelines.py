@@ -9,9 +9,9 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from harness.grid_point import GridPoint
-from harness.results import collect_results
-from harness.trace.timeline import (
+from harness.results.grid_point import GridPoint
+from harness.results.table import collect_results
+from harness.results.timelines import (
     TIMELINE_DIR,
     draw_sweep_timelines,
     sweep_timelines,

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from harness.profiling import capture_profile
+from harness.rank.profiling import capture_profile
 from harness.trace import load_trace, summarize_trace
 
 

@@ -10,7 +10,7 @@ import jupytext
 import pytest
 from nbclient import NotebookClient
 
-from harness.result import read_result
+from harness.jobdir.result import read_result
 from harness.trace import summarize_job
 from harness.trace.__main__ import main
 

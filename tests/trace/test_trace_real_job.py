@@ -1,5 +1,5 @@
 """A real `python -m harness` CPU job per engine: its result.json lists every rank's trace,
-and the offline summary of those traces (as harness.results computes it) has the overlap."""
+and the offline summary of those traces (as harness.results.table computes it) has the overlap."""
 
 import json
 import os

@@ -11,9 +11,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from harness.console import Console
-from harness.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
-from harness.result import Result
+from harness.jobdir.result import Result
+from harness.sweep.console import Console
+from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
 
 
 @dataclass
@@ -36,8 +36,8 @@ class ActiveSweep:
                 self._remove_dry_run_traces()
                 self.console.summary(sweep_dir=self.sweep_dir, results_csv=None)
                 return None
-            from harness.results import collect_results, write_results_csv
-            from harness.trace.timeline import draw_sweep_timelines
+            from harness.results.table import collect_results, write_results_csv
+            from harness.results.timelines import draw_sweep_timelines
 
             df = collect_results(self.sweep_dir)
             path = write_results_csv(self.sweep_dir, df)

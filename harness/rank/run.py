@@ -1,5 +1,5 @@
-"""One rank of one job: build, warm up, time, profile (`harness.measure` over a
-`harness.session.Session`), and (rank 0) write result.json."""
+"""One rank of one job: build, warm up, time, profile (`harness.rank.measure` over a
+`harness.rank.session.Session`), and (rank 0) write result.json."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import measure, metrics
 from harness.config import JobConfig
-from harness.environment import describe_environment
-from harness.phase import report_phase
+from harness.jobdir.phase import report_phase
+from harness.jobdir.rank_outcome import write_rank_outcome
+from harness.jobdir.result import Metrics, Profile, Result, typed_fields, write_result
 from harness.placement import Placement
-from harness.rank_outcome import write_rank_outcome
-from harness.result import Metrics, Profile, Result, typed_fields, write_result
-from harness.session import Session
-from harness.train_step import optimizer_description
+from harness.rank import measure, metrics
+from harness.rank.environment import describe_environment
+from harness.rank.session import Session
+from harness.rank.train_step import optimizer_description
 
 
 def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.job_dir import JobDir
-from harness.result import write_json_atomic
+from harness.jobdir.paths import JobDir
+from harness.jobdir.result import write_json_atomic
 
 # Errors that a rank sees because *another* rank died first: never the root cause.
 _SECONDARY_MARKERS = (
@@ -27,10 +27,11 @@ _SECONDARY_MARKERS = (
 
 
 def classify(error: BaseException) -> str:
-    """Map an exception to a result status: oom, timeout or failed."""
-    import torch
+    """Map an exception to a result status: oom, timeout or failed.
 
-    if isinstance(error, MemoryError | torch.OutOfMemoryError):
+    torch's OutOfMemoryError is recognised by its class name, so that this module (read by
+    launchers and the report) never imports torch."""
+    if any(c.__name__ in ("MemoryError", "OutOfMemoryError") for c in type(error).__mro__):
         return "oom"
     text = str(error)
     if "out of memory" in text.lower():

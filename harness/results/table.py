@@ -22,17 +22,14 @@ import logging
 import math
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.config import FIELDS_ADDED_LATER
-from harness.engines.registry import ENGINES
-from harness.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
-from harness.job_dir import RESULT_FILE
-from harness.result import (
+from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.recorded_config import engine_of, recorded_config
+from harness.jobdir.result import (
     SCALAR_KINDS,
     CorruptResultError,
     Metrics,
@@ -41,7 +38,7 @@ from harness.result import (
     read_result,
     typed_fields,
 )
-from harness.resume import flatten
+from harness.results.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 from harness.trace.cache import job_profiles
 from harness.trace.summary import find_traces
 
@@ -78,7 +75,6 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
-    config = result.config
     engine = engine_of(result)
     row: dict[str, Any] = {
         "job_dir": job_dir,
@@ -87,10 +83,10 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         "status": result.status,
         "error": result.error or "",
     }
+    recorded = recorded_config(result)
     for key in CONFIG_COLUMNS:
-        row[key] = config.get(key, FIELDS_ADDED_LATER.get(key))
-    recorded = {**config, "engine": engine} if "engine" in config else config
-    for key, value in flatten(recorded).items():
+        row[key] = recorded.get(key)
+    for key, value in recorded.items():
         row[CONFIG_PREFIX + key] = value
 
     row.update(result.metrics.to_dict())
@@ -115,22 +111,6 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
     if result.engine_settings is not None:
         row[ENGINE_SETTINGS] = result.engine_settings
     return row
-
-
-def engine_of(result: Result) -> dict[str, Any]:
-    """The job's engine config. One recorded as a bare label (`"engine": "yafsdp"`, in an
-    older or hand-written result) is the registry's config of that label, so that the job
-    is matched with the others at its grid point; a label the registry lacks is refused."""
-    label = result.config.get("engine")
-    if not isinstance(label, str):
-        return result.engine
-    if label not in ENGINES:
-        raise CorruptResultError(
-            f"config.engine={label!r} is no engine label of harness.engines.registry "
-            f"({', '.join(ENGINES)}); write the label of the engine the job ran, or "
-            "config.engine as the object a job records (name, label and settings)"
-        )
-    return asdict(ENGINES[label].config())
 
 
 def _ordered_columns(columns: list[str]) -> list[str]:
@@ -313,7 +293,3 @@ def main(argv: list[str] | None = None) -> int:
         for problem in df.attrs["problems"]:
             print(f"skipped {problem}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,7 +20,7 @@ Layout (schema_version 1):
              clipping; None when clipping is off),
              loss_steps (the step index of each loss),
     profile  None, or {traces: [paths relative to the job dir]}; older results may also
-             hold steps and summary. harness.results summarises the traces themselves.
+             hold steps and summary. harness.results.table summarises the traces themselves.
     engine_settings  the engine's effective settings, flat (None for a job that never
              built its engine): its own (for fsdp2 `groups` and `reshard_after_forward`,
              for fsdp1 `use_orig_params`, prefetch and dtypes, for yafsdp `units`) plus
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self from Python 3.11
@@ -49,13 +49,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 # `interrupted`: the runner was stopped (Ctrl-C, SIGTERM) while the job ran; resume reruns it.
 STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
-# Config fields that cannot change a job's measurements. Resume ignores them when it compares
-# a stored result's config with the requested one, and the report never tells jobs apart by
-# them. Everything else in the config counts.
-# device_spec holds the planner's figures: they change predictions, never a measurement.
-RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
-)
 
 
 class CorruptResultError(ValueError):

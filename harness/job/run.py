@@ -2,7 +2,7 @@
 
 Whatever happens (invalid config, crash, hang, out of memory, an interrupted runner), the
 job directory ends with a result.json that says so. A stored `ok` result is reused only
-when it was measured with the same config (harness.resume); otherwise it is set aside as
+when it was measured with the same config (harness.job.resume); otherwise it is set aside as
 `result.previous.json` and the job runs again.
 """
 
@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.config import JobConfig
-from harness.job_dir import JobDir
-from harness.rank_outcome import (
+from harness.job.resume import rerun_reason
+from harness.jobdir.paths import JobDir
+from harness.jobdir.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
     root_cause,
     unrecorded_failures,
 )
-from harness.result import Result, finished_ok, make_result, read_result, write_result
-from harness.resume import rerun_reason
+from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
 from harness.validate import validation_errors
 
 
@@ -90,7 +90,7 @@ def run_job(
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
-    from harness.launch import launch_local
+    from harness.job.launch import launch_local
 
     JobDir(job_dir).clear_previous_attempt()
     try:
@@ -106,7 +106,7 @@ def run_job(
 
 def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Run this process as one rank of an environment someone else set up (SLURM, torchrun)."""
-    from harness.worker import run_rank
+    from harness.rank.run import run_rank
 
     return run_rank(cfg, job_dir)
 

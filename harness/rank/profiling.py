@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 
 _HEAD_BYTES = 1 << 16  # torch writes distributedInfo among the first top-level keys
 

@@ -2,7 +2,7 @@
 
 `launch_local` runs the ranks in a child process group so that a job over its wall-clock
 limit, or one whose runner is interrupted, can be ended whole; the child
-(`python -m harness.launch <job_dir>`) runs elastic launch with a c10d rendezvous on a free
+(`python -m harness.job.launch <job_dir>`) runs elastic launch with a c10d rendezvous on a free
 local port and `max_restarts=0`.
 
 Nothing the job prints reaches the console: the elastic agent writes to
@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 from harness.ports import free_port
 
 POLL_S = 0.25
@@ -52,7 +52,7 @@ def launch_local(
     env.pop("WORLD_SIZE", None)
     with open(paths.launcher_log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.launch", str(job_dir)],
+            [sys.executable, "-m", "harness.job.launch", str(job_dir)],
             start_new_session=True,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -131,7 +131,7 @@ def redirect_output(path: Path) -> None:
 
 def _rank_entry(cfg_dict: dict, job_dir: str) -> None:
     redirect_output(JobDir(job_dir).rank_log(int(os.environ["RANK"])))
-    from harness.worker import run_rank
+    from harness.rank.run import run_rank
 
     run_rank(config_from_dict(cfg_dict), Path(job_dir))
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.config import FIELDS_ADDED_LATER
+from harness.jobdir.recorded_config import FIELDS_ADDED_LATER
 
 POINT_COLUMNS = ["model", "gpus", "seq_len", "ckpt_layers"]
 SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed", "model_impl"]

@@ -1,10 +1,10 @@
 """The files and folders of one job directory, named in one place.
 
-    <job dir>/result.json            the job's result (harness.result)
+    <job dir>/result.json            the job's result (harness.jobdir.result)
     <job dir>/result.previous.json   an earlier attempt's result, set aside on a re-run
     <job dir>/job_config.json        the config the ranks read (local launcher)
     <job dir>/ranks/rank<r>.log      what rank r printed
-    <job dir>/ranks/rank<r>.json     how rank r ended (harness.rank_outcome)
+    <job dir>/ranks/rank<r>.json     how rank r ended (harness.jobdir.rank_outcome)
     <job dir>/ranks/exits.json       exit codes of ranks that died first (local launcher)
     <job dir>/ranks/launcher.log     the elastic agent's output
     <job dir>/ranks/phase            rank 0's current phase, for the live console line

@@ -17,15 +17,15 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
-from harness.faults import maybe_inject
-from harness.memory import (
+from harness.rank.faults import maybe_inject
+from harness.rank.memory_peaks import (
     check_limit,
     cpu_peak_allocated,
     cuda_memory_outside_allocator,
     restart_cuda_peaks,
 )
-from harness.rss import peak_rss_bytes, reset_peak_rss
-from harness.session import Session
+from harness.rank.rss import peak_rss_bytes, reset_peak_rss
+from harness.rank.session import Session
 
 Report = Callable[[str], None]  # tells the console which phase a rank is in
 MEMORY_TRACKED_STEPS = 2  # the second warm-up step holds the optimizer state
@@ -202,7 +202,7 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
     if cfg.profile.steps <= 0:
         return None
     try:
-        from harness.profiling import capture_profile, trace_path
+        from harness.rank.profiling import capture_profile, trace_path
     except ImportError:
         return None
     report("profile")
@@ -222,7 +222,7 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
         world_size=session.world_size,
         use_cuda=session.device.type == "cuda",
     )
-    # Summaries are computed offline from the trace files (harness.results), never here:
+    # Summaries are computed offline from the trace files (harness.results.table), never here:
     # summarising every rank's trace would keep the other ranks waiting in a collective.
     paths = [trace_path(job_dir, r) for r in range(session.world_size)]
     return {"traces": [str(p.relative_to(job_dir)) for p in paths]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.job_dir import JobDir
+from harness.jobdir.paths import JobDir
 
 
 def report_phase(job_dir: Path, rank: int, text: str) -> None:

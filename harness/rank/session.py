@@ -3,7 +3,7 @@ its engine with its buffers kept, and its optimizer; then stepped as every job s
 
 The only place a model meets an engine: the worker, the GPU checks, the planner's
 accuracy tests and the benchmarks all build through `Session.build`, so what they measure
-is what a job runs. `Session.step` is `harness.train_step.train_step` on the job's data.
+is what a job runs. `Session.step` is `harness.rank.train_step.train_step` on the job's data.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness import train_step as steps
 from harness.config import JobConfig
-from harness.data import token_batch
-from harness.engines.base import DTYPES, RunContext, Wrapped, checkpoint_first_layers
 from harness.engines.registry import get_engine
+from harness.engines.base import DTYPES, RunContext, Wrapped, checkpoint_first_layers
 from harness.models.build import (
     build_job_model,
     decoder_parts,
@@ -30,6 +28,8 @@ from harness.models.build import (
 from harness.models.shapes import ModelShape
 from harness.placement import placed
 from harness.plan.planner import yafsdp_memory_budget
+from harness.rank import train_step as steps
+from harness.rank.data import token_batch
 
 Batch = steps.Batch
 Wrap = Callable[[nn.Module, RunContext], Wrapped]
@@ -38,9 +38,9 @@ Wrap = Callable[[nn.Module, RunContext], Wrapped]
 def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
     """Wrap `model` (on meta) with the engine `ctx.cfg.name`, its buffers kept.
 
-    Engines materialise parameters from `harness.init`; buffers (HF's rotary `inv_freq`)
-    are computed by the model's constructor, so their values are taken before and put
-    back after, whatever the engine's materialisation did to them.
+    Engines materialise parameters from `harness.models.init_weights`; buffers (HF's rotary
+    `inv_freq`) are computed by the model's constructor, so their values are taken before
+    and put back after, whatever the engine's materialisation did to them.
     """
     buffers = snapshot_buffers(model)
     wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)

@@ -1,7 +1,7 @@
 """Resume: may a job directory's stored result stand for the job that is asked for now?
 
 Only when it is `ok` and was measured with the same resolved config, apart from the
-fields that cannot change a measurement (`harness.result.RESULT_NEUTRAL_FIELDS`).
+fields that cannot change a measurement (`harness.jobdir.recorded_config.RESULT_NEUTRAL_FIELDS`).
 """
 
 from __future__ import annotations
@@ -9,36 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.config import FIELDS_ADDED_LATER
-from harness.job_dir import RESULT_FILE
-from harness.result import (
-    RESULT_NEUTRAL_FIELDS,
-    CorruptResultError,
-    read_result,
-)
+from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.recorded_config import flatten, is_neutral, recorded_config
+from harness.jobdir.result import CorruptResultError, Result, read_result
 
 _ABSENT = "(absent)"
 
 
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"engine": {"name": "x"}} -> {"engine.name": "x"}; an empty mapping stays a leaf."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def is_neutral(field: str) -> bool:
-    return field.split(".")[0] in RESULT_NEUTRAL_FIELDS
-
-
-def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+def config_differences(stored: Result, requested: dict[str, Any]) -> list[str]:
     """'field: stored -> requested' for every field that changes results and differs."""
-    old, new = {**FIELDS_ADDED_LATER, **flatten(stored)}, flatten(requested)
+    old, new = recorded_config(stored), flatten(requested)
     diffs = []
     for field in sorted(set(old) | set(new)):
         if is_neutral(field):
@@ -60,7 +40,7 @@ def rerun_reason(job_dir: Path, config: dict[str, Any]) -> str | None:
         return f"stored result is unusable ({str(e).removeprefix(f'{path}: ')})"
     if not stored.ok:
         return f"previous attempt ended {stored.status}"
-    diffs = config_differences(stored.config, config)
+    diffs = config_differences(stored, config)
     if diffs:
         shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
         return f"stored ok result was measured with another config ({shown})"

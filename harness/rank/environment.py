@@ -10,7 +10,7 @@ from typing import Any
 
 
 def git_revision(repo: Path | None = None) -> str | None:
-    repo = repo or Path(__file__).resolve().parent.parent
+    repo = repo or Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.init import param_seed
+from harness.models.init_weights import param_seed
 
 
 def token_batch(

@@ -1,0 +1,1 @@
+"""Running one job: validate, start its ranks, decide and write its result."""

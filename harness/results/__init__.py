@@ -1,0 +1,1 @@
+"""A sweep's results: its table (results.csv), its grid points, its timeline index."""
