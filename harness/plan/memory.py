@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from harness.engines.registry import resolve, spec_of
+from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
 from harness.plan.activations import (
     DTYPE_BYTES,
@@ -178,9 +178,9 @@ EngineMemory = tuple[dict[str, int], dict[str, dict[str, int]]]
 
 
 def engine_memory(case: MemoryCase) -> EngineMemory:
-    """The memory model the registry names for `case.engine`."""
-    model: Callable[[MemoryCase], EngineMemory] = resolve(spec_of(case.engine).memory_model)
-    return model(case)
+    """The memory model of the engine label `case.engine` (MEMORY_MODELS); a label the
+    registry lacks is refused by name."""
+    return MEMORY_MODELS[spec_of(case.engine).label](case)
 
 
 def _sharded_states(shard_elements: int) -> dict[str, int]:
@@ -407,3 +407,14 @@ def local_memory(case: MemoryCase) -> EngineMemory:
         "after backward: all-reduce": {"staging": n * FP32},
     }
     return static, in_flight
+
+
+# Each registered engine label's memory model (tests/harness/test_engine_registry.py holds
+# that every label has one).
+MEMORY_MODELS: dict[str, Callable[[MemoryCase], EngineMemory]] = {
+    "yafsdp": yafsdp_memory,
+    "fsdp1": fsdp1_memory,
+    "fsdp2": fsdp2_memory,
+    "fsdp2_tuned": fsdp2_tuned_memory,
+    "local": local_memory,
+}

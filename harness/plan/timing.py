@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness.config import DeviceSpec
-from harness.engines.registry import resolve, spec_of
+from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
 from harness.plan.compute import ComputeModel
 from harness.plan.kernels import KernelCensus, kernel_census
@@ -130,9 +130,7 @@ def build_program(
         hook_s=spec.hook_us * 1e-6,
         mechanisms=mechanisms,
     )
-    schedule: Callable[[TimeCase, ModelCosts, StepContext], list[Op]] = resolve(
-        spec_of(case.engine).time_schedule
-    )
+    schedule = SCHEDULES[spec_of(case.engine).label]
     return schedule(case, priced.costs, ctx)
 
 
@@ -164,6 +162,17 @@ def fsdp2_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[
 
 def local_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
     return local_program(costs, shape_of(case.model).num_params(), ctx)
+
+
+# Each registered engine label's time schedule (tests/harness/test_engine_registry.py holds
+# that every label has one).
+SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = {
+    "yafsdp": yafsdp_schedule,
+    "fsdp1": fsdp1_schedule,
+    "fsdp2": fsdp2_schedule,
+    "fsdp2_tuned": fsdp2_schedule,
+    "local": local_schedule,
+}
 
 
 def _memoized(price: Any) -> Any:

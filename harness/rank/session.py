@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from harness.config import JobConfig
-from harness.engines.registry import get_engine
+from harness.engines.adapters import get_engine
 from harness.engines.base import DTYPES, RunContext, Wrapped, checkpoint_first_layers
 from harness.models.build import (
     build_job_model,

@@ -1,13 +1,16 @@
-"""The annotation grammars of the baseline engines: which profiler ranges name a unit.
+"""The annotation grammars of the engines: which profiler ranges name a unit.
 
 Each grammar maps a range's name to (kind, unit), or None when the name is not one of the
-engine's unit ranges; the registry (`harness/engines/registry.py`) names each engine's.
-yafsdp's grammar is its own (`yafsdp_impl.annotation_names.parse`). No torch.
+engine's unit ranges; GRAMMARS gives each registered engine label its own. yafsdp's
+grammar is the engine's (`yafsdp_impl.annotation_names.parse`). No torch.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
+from yafsdp_impl.annotation_names import parse as yafsdp
 
 # FSDP2 names its ranges after the module they act on: 'FSDP::all_gather (layers.3)'.
 _FSDP2 = re.compile(r"^FSDP::(?P<kind>[a-z_]+)\s*\((?P<unit>[^)]*)\)$")
@@ -30,3 +33,14 @@ def fsdp2(name: str) -> tuple[str, str] | None:
 def unannotated(name: str) -> tuple[str, str] | None:
     """The grammar of an engine that marks no unit (the unsharded reference)."""
     return None
+
+
+# Each registered engine label's grammar (tests/harness/test_engine_registry.py holds that
+# every label has one).
+GRAMMARS: dict[str, Callable[[str], tuple[str, str] | None]] = {
+    "yafsdp": yafsdp,
+    "fsdp1": fsdp1,
+    "fsdp2": fsdp2,
+    "fsdp2_tuned": fsdp2,
+    "local": unannotated,
+}

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from harness.engines.registry import ENGINE_SPECS, resolve
+from harness.engines.registry import ENGINES
 from harness.trace.classify import (
     COMM,
     COMPUTE,
@@ -29,6 +29,7 @@ from harness.trace.classify import (
     collective_api_mask,
     detect_kind,
 )
+from harness.trace.engine_annotations import GRAMMARS
 from harness.trace.lanes import main_thread, on_cpu, on_thread, step_marks, where
 
 _US = 1e-6  # trace times are microseconds; results are seconds
@@ -214,8 +215,7 @@ def exposed_gaps(busy: Busy, windows: pd.DataFrame) -> pd.DataFrame:
 @functools.cache
 def _grammars() -> tuple[Callable[[str], tuple[str, str] | None], ...]:
     """Every registered engine's annotation grammar, each once, in registry order."""
-    found = (resolve(spec.annotation_grammar) for spec in ENGINE_SPECS)
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(GRAMMARS[label] for label in ENGINES))
 
 
 def parse_unit_annotation(name: str) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
-"""Every engine label carries what the planner and the trace tools dispatch on, and they
-dispatch through it: a new label is planned by the models its entry names, and an
-unregistered one is refused by name."""
+"""Every engine label has an entry in each table the planner, the trace tools and the job
+dispatch on, they dispatch through those tables, and an unregistered label is refused by
+name."""
 
 from __future__ import annotations
 
@@ -9,30 +9,32 @@ import inspect
 
 import pytest
 
-from harness.engines import registry
-from harness.engines.registry import ENGINE_SPECS, ENGINES, resolve, spec_of
+from harness.engines.adapters import ADAPTERS, get_engine
+from harness.engines.registry import ENGINE_SPECS, ENGINES, spec_of
 from harness.plan.cli import job_configs
-from harness.plan.memory import MemoryCase, estimate_memory
+from harness.plan.memory import MEMORY_MODELS, MemoryCase, estimate_memory
+from harness.plan.timing import SCHEDULES
+from harness.trace.engine_annotations import GRAMMARS
 
-REFERENCES = ("memory_model", "time_schedule", "annotation_grammar")
-
-
-@pytest.mark.parametrize("spec", ENGINE_SPECS, ids=lambda s: s.label)
-def test_every_label_names_models_that_exist(spec: registry.EngineSpec) -> None:
-    for field in REFERENCES:
-        ref = getattr(spec, field)
-        assert isinstance(ref, str) and ref.count(":") == 1, (spec.label, field, ref)
-        target = resolve(ref)  # imports the module
-        assert callable(target), (spec.label, field, ref)
-    params = {f: len(inspect.signature(resolve(getattr(spec, f))).parameters) for f in REFERENCES}
-    assert params == {"memory_model": 1, "time_schedule": 3, "annotation_grammar": 1}
+# Each consumer's table of what it picks per label, with the arity of what it picks.
+LABEL_TABLES = {"memory model": (MEMORY_MODELS, 1), "time schedule": (SCHEDULES, 3),
+                "trace grammar": (GRAMMARS, 1)}  # fmt: skip
 
 
-def test_the_registry_itself_imports_no_model() -> None:
-    fields = {f.name for f in dataclasses.fields(registry.EngineSpec)}
-    assert set(REFERENCES) <= fields
-    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(registry.EngineSpec)
-               if f.name in REFERENCES)  # fmt: skip
+@pytest.mark.parametrize("table", LABEL_TABLES, ids=str)
+def test_every_table_covers_every_registered_label(table: str) -> None:
+    picks, arity = LABEL_TABLES[table]
+    assert sorted(picks) == sorted(ENGINES), table
+    for label, pick in picks.items():
+        assert len(inspect.signature(pick).parameters) == arity, (table, label)
+
+
+def test_every_adapter_name_has_an_adapter_class() -> None:
+    assert sorted(ADAPTERS) == sorted({spec.name for spec in ENGINE_SPECS})
+    for name, load in ADAPTERS.items():
+        assert load().name == name
+    with pytest.raises(ValueError, match="engine='fsdp3' is unknown; choose one of: yafsdp"):
+        get_engine("fsdp3")
 
 
 def test_an_unregistered_label_is_refused_by_name() -> None:
@@ -43,13 +45,14 @@ def test_an_unregistered_label_is_refused_by_name() -> None:
         estimate_memory(case)
 
 
-def test_a_new_label_is_planned_by_the_models_its_entry_names(
+def test_a_new_label_is_planned_by_the_model_its_table_entry_picks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A label the planner has never heard of gets exactly the memory of the model its entry
-    names (here FSDP2's, tuned), not FSDP1's or an error."""
+    """A new label gets exactly the memory of the model MEMORY_MODELS picks for it (here
+    FSDP2's, tuned), not FSDP1's or an error."""
     spec = dataclasses.replace(ENGINES["fsdp2_tuned"], label="fsdp2_copy")
     monkeypatch.setitem(ENGINES, "fsdp2_copy", spec)
+    monkeypatch.setitem(MEMORY_MODELS, "fsdp2_copy", MEMORY_MODELS["fsdp2_tuned"])
 
     def memory(label: str) -> dict[str, int]:
         case = MemoryCase(model="llama_tiny", engine=label, world_size=2, seq_len=64,
@@ -62,11 +65,11 @@ def test_a_new_label_is_planned_by_the_models_its_entry_names(
     assert memory("fsdp2_tuned") != memory("fsdp1")
 
 
-def test_a_new_label_is_timed_by_the_schedule_its_entry_names(
+def test_a_new_label_is_timed_by_the_schedule_its_table_entry_picks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The time model follows the entry too: a label naming FSDP1's schedule gets FSDP1's
-    program, op for op, and one naming the unsharded reference's gets that one."""
+    """The time model follows SCHEDULES too: a label given FSDP1's schedule gets FSDP1's
+    program, op for op, not the entry's other settings' (here the unsharded reference's)."""
     from harness.plan.planner import network, time_case
     from harness.plan.timing import build_program
     from tests.plan.planned import priced_config
@@ -81,8 +84,8 @@ def test_a_new_label_is_timed_by_the_schedule_its_entry_names(
         prog = build_program(case, priced.device_spec, net, frozenset())
         return [(op.name, op.kind, op.nbytes) for op in prog]
 
-    schedule = ENGINES["fsdp1"].time_schedule
     monkeypatch.setitem(ENGINES, "fsdp1_copy", dataclasses.replace(ENGINES["local"],
-                        label="fsdp1_copy", time_schedule=schedule))  # fmt: skip
+                        label="fsdp1_copy"))  # fmt: skip
+    monkeypatch.setitem(SCHEDULES, "fsdp1_copy", SCHEDULES["fsdp1"])
     assert ops("fsdp1_copy") == ops("fsdp1")
     assert ops("fsdp1_copy") != ops("local")
