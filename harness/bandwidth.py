@@ -32,11 +32,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.placement import DTYPES, synchronize
 from yafsdp_impl import collectives
 
 SCHEMA = "yafsdp-bench.calibration/1"
 KINDS = ("all_gather", "reduce_scatter")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 KIB, MIB = 2**10, 2**20
 # Message sizes (the unsharded bytes): latency-bound to a 70B layer's fp32 gradients.
 GPU_SIZES = (8 * KIB, 128 * KIB, 2 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB)
@@ -45,25 +45,20 @@ GPU_REPEATS, CPU_REPEATS = 20, 10
 WARMUP = 2
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(run: Callable[[], Any], device: torch.device, repeats: int) -> list[float]:
     """Each repeat's time on the slowest rank: ranks start together at a barrier, each
     times the call to its device's completion, then they agree on the maximum."""
     group = dist.distributed_c10d._get_default_group()
     for _ in range(WARMUP):  # connections, buffers, NCCL's first-use set-up
         run()
-    _sync(device)
+    synchronize(device)
     times = []
     for _ in range(repeats):
         dist.barrier()
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         run()
-        _sync(device)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
@@ -119,15 +114,14 @@ def measure(
 
 def probe_bandwidth(cfg: Any, device: torch.device) -> dict[str, Any]:
     """A job's probe (`probe_bandwidth=true`): the job's block and largest unit sizes."""
-    from harness.engines.base import DTYPES as JOB_DTYPES
     from harness.models.shapes import shape_of
     from harness.plan.units import fsdp1_units
 
     p = dist.get_world_size()
     units = fsdp1_units(shape_of(cfg.model), p)
     dtypes = {
-        "all_gather": JOB_DTYPES[cfg.dtype],
-        "reduce_scatter": JOB_DTYPES[cfg.engine.reduce_dtype],
+        "all_gather": DTYPES[cfg.dtype],
+        "reduce_scatter": DTYPES[cfg.engine.reduce_dtype],
     }
     sizes = {
         kind: [n * torch.empty(0, dtype=dt).element_size()

@@ -19,8 +19,6 @@ from torch import nn
 
 from harness.config import EngineConfig
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
 
 @dataclass(kw_only=True)
 class RunContext:

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.engines.base import DTYPES
 from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
 from harness.models.init_weights import canonical_name
 from harness.models.shapes import ModelShape, get_shape
+from harness.placement import DTYPES, synchronize
 from harness.rank.memory_peaks import cuda_memory_outside_allocator
 from harness.results.grid_point import POINT_COLUMNS, GridPoint
 
@@ -137,11 +137,6 @@ def _gib(n: int) -> float:
     return round(n / 2**30, 3)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure(
     point: Point, label: str, device: torch.device, shape: ModelShape | None = None
 ) -> Verdict:
@@ -171,10 +166,10 @@ def measure(
         phase = "step"
         if cuda:
             train_step(trainee, 0)  # warm-up: creates the optimizer state
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         train_step(trainee, 1)  # on CPU the only step: the bytes need one, not a timing
-        _sync(device)
+        synchronize(device)
         figures["step_s" if cuda else "first_step_s"] = round(time.perf_counter() - start, 4)
         if cuda:
             stats = torch.cuda.memory_stats(device)

@@ -129,8 +129,10 @@ def _measure(
         checkpoint_wrapper,
     )
 
+    from harness.placement import DTYPES
+
     shape = shape_of(model)
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    torch_dtype = DTYPES[dtype]
     dims = {shape.dim, shape.ffn_dim, shape.vocab_size, shape.n_kv_heads * shape.head_dim}
     if seq_len * micro_batch in dims:
         raise ValueError(f"probe tokens {seq_len * micro_batch} equal a dimension of {model}")

@@ -216,8 +216,8 @@ def yafsdp_layout(
     the engine would choose for `budget_bytes` (see `YaFSDP(buffer_plan=...)`)."""
     import torch
 
-    from harness.engines.base import DTYPES
     from harness.models.build import decoder_parts
+    from harness.placement import DTYPES
     from yafsdp_impl.buffers import Buffers
     from yafsdp_impl.layout import build_layout
     from yafsdp_impl.plan import PlanChoice, choose_for_budget, choose_plan, engine_bytes

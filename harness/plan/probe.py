@@ -91,11 +91,13 @@ def build_probed(model: str, model_impl: str, seq_len: int, micro_batch: int, dt
     """The probed modules, built in `dtype` (call under FakeTensorMode)."""
     import torch
 
+    from harness.placement import DTYPES
+
     if model_impl not in PROBES:
         raise ValueError(
             f"model_impl={model_impl!r} has no probe; choose one of: {', '.join(PROBES)}"
         )
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    torch_dtype = DTYPES[dtype]
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:

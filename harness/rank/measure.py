@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
+from harness.placement import synchronize
 from harness.rank.faults import maybe_inject
 from harness.rank.memory_peaks import (
     check_limit,
@@ -29,11 +30,6 @@ from harness.rank.session import Session
 
 Report = Callable[[str], None]  # tells the console which phase a rank is in
 MEMORY_TRACKED_STEPS = 2  # the second warm-up step holds the optimizer state
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass

@@ -69,7 +69,9 @@ def measure_matmul_peak_flops(
     about `budget_s` instead of costing every job many seconds. Best of 2 to 5 runs."""
     import torch
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    from harness.placement import DTYPES
+
+    dtype = DTYPES[dtype_name]
 
     def timed(size: int) -> tuple[float, torch.Tensor, torch.Tensor]:
         a = torch.randn(size, size).to(dtype)

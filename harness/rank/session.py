@@ -17,7 +17,7 @@ from torch import nn
 
 from harness.config import JobConfig
 from harness.engines.adapters import get_engine
-from harness.engines.base import DTYPES, RunContext, Wrapped, checkpoint_first_layers
+from harness.engines.base import RunContext, Wrapped, checkpoint_first_layers
 from harness.models.build import (
     build_job_model,
     decoder_parts,
@@ -26,7 +26,7 @@ from harness.models.build import (
     snapshot_buffers,
 )
 from harness.models.shapes import ModelShape
-from harness.placement import placed
+from harness.placement import DTYPES, placed
 from harness.plan.planner import yafsdp_memory_budget
 from harness.rank import train_step as steps
 from harness.rank.data import token_batch
