@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from harness.jobdir.paths import JobDir  # noqa: E402
 from harness.jobdir.result import CorruptResultError, read_result  # noqa: E402
 from harness.trace.classify import COMM, COMPUTE, MEMORY  # noqa: E402
 from harness.trace.overlap import Intervals, clip, merge, subtract  # noqa: E402
@@ -26,7 +27,7 @@ _LANE_TITLE = {COMPUTE: "compute", COMM: "comm", MEMORY: "memcpy"}
 def engine_label(job_dir: Path) -> str:
     """config.engine.label from the job's result.json, else the engine name, else the dir."""
     try:
-        engine = read_result(job_dir / "result.json").engine
+        engine = read_result(JobDir(job_dir).result).engine
     except (CorruptResultError, AttributeError):
         return job_dir.name
     return str(engine.get("label") or engine.get("name") or job_dir.name)
