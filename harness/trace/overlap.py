@@ -243,72 +243,22 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     span_s is the annotations' own (CPU) duration, summed over calls.
     """
     kind = detect_kind(events)
-    labels = classify(events, kind)
-    ts = events["ts"].to_numpy()
-    end = ts + events["dur"].to_numpy()
     cpu = on_cpu(events)
     main = main_thread(events, cpu)
     if main is None:
         return pd.DataFrame(columns=UNIT_COLUMNS)
     on_main = on_thread(events, main)
-    # one integer per CPU thread, so annotations and launches can be matched by thread
-    thread = events["pid"].cat.codes.to_numpy().astype(np.int64) << 32
-    thread |= events["tid"].cat.codes.to_numpy().astype(np.int64)
+    thread = _thread_ids(events)
     is_unit = where(events["name"], lambda s: s.map(parse_unit_annotation).notna())
     ann_idx = np.flatnonzero((on_main if kind == "cpu" else cpu) & is_unit)
     if ann_idx.size == 0:
         return pd.DataFrame(columns=UNIT_COLUMNS)
-    names = events["name"].to_numpy()
-    ann_start, ann_end, ann_thread = ts[ann_idx], end[ann_idx], thread[ann_idx]
-
-    def innermost(t: float, on: int) -> int:
-        inside = np.flatnonzero((ann_thread == on) & (ann_start <= t) & (t < ann_end))
-        if inside.size == 0:
-            return -1
-        return int(inside[np.argmax(ann_start[inside])])
-
-    comm_idx = np.flatnonzero(labels == COMM)
-    issue_time = np.full(comm_idx.size, np.nan)
-    issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
+    comm_idx = np.flatnonzero(classify(events, kind) == COMM)
     if kind == "gpu":
-        corr = events["correlation"].to_numpy()
-        is_launch = cpu & (corr >= 0)
-        launches = pd.DataFrame(
-            {"ts": ts[is_launch], "thread": thread[is_launch]}, index=corr[is_launch]
-        )
-        launches = launches[~launches.index.duplicated()].reindex(corr[comm_idx])
-        issue_time = launches["ts"].to_numpy(dtype=np.float64)
-        issue_thread = launches["thread"].fillna(-1).to_numpy(dtype=np.int64)
+        issue_time, issue_thread = _launch_issues(events, comm_idx, cpu, thread)
     else:
-        api = np.flatnonzero(on_main & collective_api_mask(events))
-        api = api[np.argsort(ts[api], kind="stable")]
-        # one call per collective: drop API events nested in the call before them
-        api = api[np.r_[True, ts[api][1:] >= np.maximum.accumulate(end[api])[:-1]]]
-        order = np.argsort(ts[comm_idx])
-        k = 0
-        for j in order:
-            # skip calls that cannot have issued this span (they start after it)
-            if k < api.size and ts[api[k]] <= ts[comm_idx[j]]:
-                issue_time[j] = ts[api[k]]
-                issue_thread[j] = thread[api[k]]
-                k += 1
-
-    exposed = subtract(busy.comm, busy.compute)
-    rows: dict[int, dict] = {}
-    for a in range(ann_idx.size):
-        name = names[ann_idx[a]]
-        r = rows.setdefault(a, {"annotation": name, "comm_s": 0.0, "exposed_comm_s": 0.0})
-        r["span_s"] = (ann_end[a] - ann_start[a]) * _US
-    for j, t in enumerate(issue_time):
-        if np.isnan(t):
-            continue
-        a = innermost(t, issue_thread[j])
-        if a < 0:
-            continue
-        c = Intervals(np.array([ts[comm_idx[j]]]), np.array([end[comm_idx[j]]]))
-        rows[a]["comm_s"] += c.length() * _US
-        rows[a]["exposed_comm_s"] += intersect(c, exposed).length() * _US
-    per_call = pd.DataFrame(rows.values())
+        issue_time, issue_thread = _call_issues(events, comm_idx, on_main, thread)
+    per_call = _per_annotation(events, ann_idx, thread, comm_idx, issue_time, issue_thread, busy)
     table = per_call.groupby("annotation", sort=False).agg(
         calls=("span_s", "size"),
         span_s=("span_s", "sum"),
@@ -321,3 +271,89 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     table["kind"] = [k[0] for k in kinds]
     table["unit"] = [k[1] for k in kinds]
     return table[UNIT_COLUMNS]
+
+
+def _thread_ids(events: pd.DataFrame) -> np.ndarray:
+    """One integer per CPU thread, so annotations and launches can be matched by thread."""
+    thread = events["pid"].cat.codes.to_numpy().astype(np.int64) << 32
+    thread |= events["tid"].cat.codes.to_numpy().astype(np.int64)
+    return thread
+
+
+def _launch_issues(
+    events: pd.DataFrame, comm_idx: np.ndarray, cpu: np.ndarray, thread: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """GPU: each collective kernel's launch time and launching thread (by correlation id);
+    NaN and -1 where its launch is not in the trace."""
+    ts = events["ts"].to_numpy()
+    corr = events["correlation"].to_numpy()
+    is_launch = cpu & (corr >= 0)
+    launches = pd.DataFrame(
+        {"ts": ts[is_launch], "thread": thread[is_launch]}, index=corr[is_launch]
+    )
+    launches = launches[~launches.index.duplicated()].reindex(corr[comm_idx])
+    return (
+        launches["ts"].to_numpy(dtype=np.float64),
+        launches["thread"].fillna(-1).to_numpy(dtype=np.int64),
+    )
+
+
+def _call_issues(
+    events: pd.DataFrame, comm_idx: np.ndarray, on_main: np.ndarray, thread: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """CPU: each gloo span's issuing call on the main thread, matched in issue order."""
+    ts = events["ts"].to_numpy()
+    end = ts + events["dur"].to_numpy()
+    issue_time = np.full(comm_idx.size, np.nan)
+    issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
+    api = np.flatnonzero(on_main & collective_api_mask(events))
+    api = api[np.argsort(ts[api], kind="stable")]
+    # one call per collective: drop API events nested in the call before them
+    api = api[np.r_[True, ts[api][1:] >= np.maximum.accumulate(end[api])[:-1]]]
+    k = 0
+    for j in np.argsort(ts[comm_idx]):
+        # skip calls that cannot have issued this span (they start after it)
+        if k < api.size and ts[api[k]] <= ts[comm_idx[j]]:
+            issue_time[j] = ts[api[k]]
+            issue_thread[j] = thread[api[k]]
+            k += 1
+    return issue_time, issue_thread
+
+
+def _per_annotation(
+    events: pd.DataFrame,
+    ann_idx: np.ndarray,
+    thread: np.ndarray,
+    comm_idx: np.ndarray,
+    issue_time: np.ndarray,
+    issue_thread: np.ndarray,
+    busy: Busy,
+) -> pd.DataFrame:
+    """One row per annotation call: its span, and the (exposed) communication it issued,
+    each collective going to the innermost annotation around its issue on its thread."""
+    ts = events["ts"].to_numpy()
+    end = ts + events["dur"].to_numpy()
+    names = events["name"].to_numpy()
+    ann_start, ann_end, ann_thread = ts[ann_idx], end[ann_idx], thread[ann_idx]
+
+    def innermost(t: float, on: int) -> int:
+        inside = np.flatnonzero((ann_thread == on) & (ann_start <= t) & (t < ann_end))
+        if inside.size == 0:
+            return -1
+        return int(inside[np.argmax(ann_start[inside])])
+
+    exposed = subtract(busy.comm, busy.compute)
+    rows = [
+        {"annotation": names[i], "comm_s": 0.0, "exposed_comm_s": 0.0, "span_s": 0.0}
+        for i in ann_idx
+    ]
+    for a, row in enumerate(rows):
+        row["span_s"] = (ann_end[a] - ann_start[a]) * _US
+    for j, t in enumerate(issue_time):
+        a = -1 if np.isnan(t) else innermost(t, issue_thread[j])
+        if a < 0:
+            continue
+        c = Intervals(np.array([ts[comm_idx[j]]]), np.array([end[comm_idx[j]]]))
+        rows[a]["comm_s"] += c.length() * _US
+        rows[a]["exposed_comm_s"] += intersect(c, exposed).length() * _US
+    return pd.DataFrame(rows)
