@@ -21,6 +21,7 @@ yandex/YaFSDP's `examples/fsdp_config.yaml`; its patched `run_clm.py` built the 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,19 +44,6 @@ class FSDP1Engine:
         units = [parts.embed, *parts.layers, parts.head]
         unit_ids = {id(m) for m in units}
 
-        def materialise(module: nn.Module) -> None:
-            # FSDP1 calls this on each meta submodule before flattening it; names are
-            # taken from the unwrapped model so the weights equal every other engine's.
-            module.to_empty(device=ctx.device, recurse=False)
-            prefix = qualified_names.get(module)  # wrappers added later own no parameters
-            if prefix is None:
-                return
-            with torch.no_grad():
-                for name, param in module.named_parameters(recurse=False):
-                    full = f"{prefix}.{name}" if prefix else name
-                    value = initial_value(full, param.shape, ctx.seed, param.device)
-                    param.copy_(value.to(param.dtype))
-
         # FSDP1 broadcasts rank 0's weights at init only for GPU modules.
         sync_module_states = ctx.device.type == "cuda"
         precision = MixedPrecision(
@@ -72,7 +60,7 @@ class FSDP1Engine:
             limit_all_gathers=True,
             use_orig_params=False,
             mixed_precision=precision,
-            param_init_fn=materialise,
+            param_init_fn=_materialiser(qualified_names, ctx),
             device_id=ctx.device,
             sync_module_states=sync_module_states,
         )
@@ -85,22 +73,49 @@ class FSDP1Engine:
             # Every micro-batch reduces (FSDP1's no_sync is a context manager the loop does
             # not use); the sum over micro-batches is still the right gradient.
             loss_scale=1.0 / ctx.grad_accum,
-            settings={
-                "units": [canonical_module_name(qualified_names[m]) for m in units] + ["<root>"],
-                # accelerate's transformer_auto_wrap_policy names the decoder-layer class;
-                # the published patch adds the embedding and the output projection as units.
-                "auto_wrap": f"token embedding, each {parts.layer_class}, output projection",
-                # What FSDP1 runs: at world size 1 it switches FULL_SHARD to NO_SHARD.
-                "sharding_strategy": wrapped.sharding_strategy.name,
-                "use_orig_params": False,
-                "backward_prefetch": "BACKWARD_PRE",
-                "forward_prefetch": True,
-                "limit_all_gathers": True,
-                "sync_module_states": sync_module_states,
-                "param_dtype": dtype_name(ctx.param_dtype),
-                "reduce_dtype": dtype_name(ctx.reduce_dtype),
-                "buffer_dtype": None,
-                "gradient_sync": "every micro-batch",
-                "clip": "FullyShardedDataParallel.clip_grad_norm_",
-            },
+            settings=_settings(
+                wrapped, ctx, [qualified_names[m] for m in units], parts, sync_module_states
+            ),
         )
+
+
+def _materialiser(qualified_names: dict[nn.Module, str], ctx: RunContext) -> Any:
+    """FSDP1's param_init_fn: it is called on each meta submodule before flattening it;
+    names are taken from the unwrapped model so the weights equal every other engine's."""
+
+    def materialise(module: nn.Module) -> None:
+        module.to_empty(device=ctx.device, recurse=False)
+        prefix = qualified_names.get(module)  # wrappers added later own no parameters
+        if prefix is None:
+            return
+        with torch.no_grad():
+            for name, param in module.named_parameters(recurse=False):
+                full = f"{prefix}.{name}" if prefix else name
+                value = initial_value(full, param.shape, ctx.seed, param.device)
+                param.copy_(value.to(param.dtype))
+
+    return materialise
+
+
+def _settings(
+    wrapped: Any, ctx: RunContext, unit_names: list[str], parts: Any, sync_module_states: bool
+) -> dict[str, Any]:
+    """What the job ran FSDP1 with, for the report's settings table."""
+    return {
+        "units": [canonical_module_name(n) for n in unit_names] + ["<root>"],
+        # accelerate's transformer_auto_wrap_policy names the decoder-layer class;
+        # the published patch adds the embedding and the output projection as units.
+        "auto_wrap": f"token embedding, each {parts.layer_class}, output projection",
+        # What FSDP1 runs: at world size 1 it switches FULL_SHARD to NO_SHARD.
+        "sharding_strategy": wrapped.sharding_strategy.name,
+        "use_orig_params": False,
+        "backward_prefetch": "BACKWARD_PRE",
+        "forward_prefetch": True,
+        "limit_all_gathers": True,
+        "sync_module_states": sync_module_states,
+        "param_dtype": dtype_name(ctx.param_dtype),
+        "reduce_dtype": dtype_name(ctx.reduce_dtype),
+        "buffer_dtype": None,
+        "gradient_sync": "every micro-batch",
+        "clip": "FullyShardedDataParallel.clip_grad_norm_",
+    }
