@@ -164,9 +164,11 @@ def test_a_result_from_before_model_impl_stands_for_native_only() -> None:
     from dataclasses import asdict
 
     from harness.job.resume import config_differences
+    from harness.jobdir.result import Result
 
-    older = asdict(JobConfig())
-    del older["model_impl"]
+    config = asdict(JobConfig())
+    del config["model_impl"]
+    older = Result(status="ok", config=config)
     assert config_differences(older, asdict(JobConfig(model_impl="native"))) == []
     hf = config_differences(older, asdict(JobConfig(model_impl="hf")))
     assert hf == ["model_impl: 'native' -> 'hf'"]
