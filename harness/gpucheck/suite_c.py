@@ -172,30 +172,8 @@ def measure(
         synchronize(device)
         figures["step_s" if cuda else "first_step_s"] = round(time.perf_counter() - start, 4)
         if cuda:
-            stats = torch.cuda.memory_stats(device)
-            # The CUDA context and library workspaces sit beside the allocator's blocks.
-            outside = cuda_memory_outside_allocator(device) or 0
-            needed = stats["reserved_bytes.all.peak"] + outside
-            figures |= {
-                "peak_alloc_gib": _gib(stats["allocated_bytes.all.peak"]),
-                "peak_reserved_gib": _gib(stats["reserved_bytes.all.peak"]),
-                "outside_allocator_gib": _gib(outside),
-                "alloc_retries": int(stats.get("num_alloc_retries", 0)),
-                "fits_80gib": needed <= FIT_BYTES,
-                "fits_lent_gpu": needed <= torch.cuda.get_device_properties(device).total_memory,
-            }
-        got = measured_bytes(label, trainee)
-        adapter = spec_of(label).name
-        units = fsdp1_units(trainee.wrapped.module) if adapter == "fsdp1" else None
-        param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
-        plan = got.get("buffer_plan", {}).get("name", "min_bytes") if adapter == "yafsdp" else ""
-        want = expected_bytes(label, shape, p, rank, param_bytes=param_bytes,
-                              fsdp1_units=units, yafsdp_plan=plan or "min_bytes")  # fmt: skip
-        figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items() if isinstance(v, int)}
-        if plan:
-            figures["buffer_plan"] = plan
-        detail = byte_mismatches(got, want)
-        return Verdict(not detail, figures, detail)
+            figures |= _cuda_peaks(device)
+        return _bytes_verdict(point, label, shape, trainee, figures)
     except torch.OutOfMemoryError as e:
         figures |= {"fits_lent_gpu": False, "oom_in": phase}
         why = f"does not fit this GPU ({str(e).splitlines()[0]})"
@@ -206,6 +184,40 @@ def measure(
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+
+
+def _cuda_peaks(device: torch.device) -> dict[str, Any]:
+    """The allocator's peaks over the step, and whether they fit an 80 GiB and this GPU."""
+    stats = torch.cuda.memory_stats(device)
+    # The CUDA context and library workspaces sit beside the allocator's blocks.
+    outside = cuda_memory_outside_allocator(device) or 0
+    needed = stats["reserved_bytes.all.peak"] + outside
+    return {
+        "peak_alloc_gib": _gib(stats["allocated_bytes.all.peak"]),
+        "peak_reserved_gib": _gib(stats["reserved_bytes.all.peak"]),
+        "outside_allocator_gib": _gib(outside),
+        "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+        "fits_80gib": needed <= FIT_BYTES,
+        "fits_lent_gpu": needed <= torch.cuda.get_device_properties(device).total_memory,
+    }
+
+
+def _bytes_verdict(
+    point: Point, label: str, shape: ModelShape, trainee: Any, figures: dict[str, Any]
+) -> Verdict:
+    """The engine's bytes by class against the arithmetic for the last rank of `point`."""
+    got = measured_bytes(label, trainee)
+    adapter = spec_of(label).name
+    units = fsdp1_units(trainee.wrapped.module) if adapter == "fsdp1" else None
+    param_bytes = torch.finfo(DTYPES[point.dtype]).bits // 8
+    plan = got.get("buffer_plan", {}).get("name", "min_bytes") if adapter == "yafsdp" else ""
+    want = expected_bytes(label, shape, point.gpus, point.gpus - 1, param_bytes=param_bytes,
+                          fsdp1_units=units, yafsdp_plan=plan or "min_bytes")  # fmt: skip
+    figures |= {f"{k}_mib": round(v / 2**20, 2) for k, v in got.items() if isinstance(v, int)}
+    if plan:
+        figures["buffer_plan"] = plan
+    detail = byte_mismatches(got, want)
+    return Verdict(not detail, figures, detail)
 
 
 def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list[Check]:
