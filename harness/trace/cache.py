@@ -1,10 +1,11 @@
-"""Trace summaries computed offline, cached beside each trace, for a whole sweep at once.
+"""Trace summaries computed offline, cached beside a job's traces, for a whole sweep at once.
 
-Jobs only write traces; whoever reads a sweep (`harness.results.table`, and so the report)
-summarises them here. A summary is cached as `.<trace name>.summary.json` next to its trace,
-valid while the trace's size and mtime and the analysis version are unchanged, so a fix to
-the analysis (a bump of ANALYSIS_VERSION) reaches old sweeps. Jobs are summarised in a
-process pool.
+Jobs only write traces; whoever reads a sweep (`harness.results`, and so the report)
+summarises them here. A summary is cached as `<job dir>/trace_cache/<trace>.summary.json`,
+outside `traces/` (which then holds traces alone, as HolisticTraceAnalysis expects of a
+trace folder), or beside a trace that is not in a job's `traces/`. It is valid while the
+trace's size and mtime and the analysis version are unchanged, so a fix to the analysis (a
+bump of ANALYSIS_VERSION) reaches old sweeps. Jobs are summarised in a process pool.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from harness.trace.summary import find_traces, summarize_job, summarize_trace
 ANALYSIS_VERSION = 3
 
 
+CACHE_DIR = "trace_cache"  # a job's summaries, beside its traces/ folder
+
+
 def cache_path(trace: Path) -> Path:
+    if trace.parent.name == "traces":
+        return trace.parent.parent / CACHE_DIR / f"{trace.name}.summary.json"
     return trace.with_name(f".{trace.name}.summary.json")
 
 
@@ -45,10 +51,12 @@ def _read_cache(trace: Path) -> dict[str, Any] | None:
 
 def _write_cache(trace: Path, key: dict[str, int], value: dict[str, Any]) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=trace.parent, prefix=f".{trace.name}.", suffix=".tmp")
+        target = cache_path(trace)
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{trace.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump({"key": key, "value": value}, f)
-        os.replace(tmp, cache_path(trace))
+        os.replace(tmp, target)
     except OSError:
         pass  # a read-only sweep is summarised every time, which is still correct
 

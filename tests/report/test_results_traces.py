@@ -52,7 +52,8 @@ def test_summary_comes_from_the_traces_and_is_cached(tmp_path: Path, counted) ->
     row = collect_results(sweep, workers=1).iloc[0]
     assert row["profile_overlap_pct"] == pytest.approx(50.0)
     assert row["profile_comm_s_per_step"] == pytest.approx(100e-6)
-    assert len(counted) == 2 and (job / "traces/.rank0.json.gz.summary.json").is_file()
+    assert len(counted) == 2 and (job / "trace_cache/rank0.json.gz.summary.json").is_file()
+    assert sorted(p.name for p in (job / "traces").iterdir()) == ["rank0.json.gz", "rank1.json.gz"]
 
     again = collect_results(sweep, workers=1).iloc[0]
     assert len(counted) == 2  # both ranks from the cache
@@ -99,9 +100,20 @@ def test_process_pool_gives_the_same_table(tmp_path: Path) -> None:
     for job in ("a", "b", "c"):
         _traced_job(sweep, job)
     pooled = collect_results(sweep, workers=2)
-    for trace in sweep.rglob(".*.summary.json"):
+    for trace in sweep.rglob("*.summary.json"):
         trace.unlink()
     inline = collect_results(sweep, workers=1)
     cols = [c for c in inline.columns if c.startswith("profile_")]
     assert pooled[cols].equals(inline[cols])
-    assert len(list(sweep.rglob(".*.summary.json"))) == 6
+    assert len(list(sweep.rglob("trace_cache/*.summary.json"))) == 6
+
+
+def test_hta_opens_a_summarised_jobs_traces_folder(tmp_path: Path) -> None:
+    """Summaries are cached outside traces/, so HolisticTraceAnalysis, which reads every file
+    of the folder it is given as a trace, opens a job's traces/ after the report read it."""
+    hta = pytest.importorskip("hta.trace_analysis")
+    sweep = tmp_path / "sweep"
+    job = _traced_job(sweep, "a")
+    collect_results(sweep, workers=1)  # writes the summaries' cache
+    analysis = hta.TraceAnalysis(trace_dir=str(job / "traces"))
+    assert sorted(analysis.t.traces) == [0, 1]
