@@ -3,9 +3,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_SWEEP ?= multirun/cpu_demo
-DEMO_REPORT ?= reports/cpu_demo
+DEMO_REPORT ?= $(DEMO_SWEEP)/report
+# The committed sample report; only `make sample-report` writes it.
+SAMPLE_REPORT := reports/cpu_demo
+# The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
+CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
 
-.PHONY: install demo test bench lint check clean gpu-wheels gpu-check
+.PHONY: install demo sample-report test bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -21,10 +25,15 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-# One line per job and a summary (rank output is in each job's ranks/rank<r>.log).
+# One line per job and a summary (rank output is in each job's ranks/rank<r>.log). The sweep
+# and its report go under multirun/, which git ignores, so a clone stays clean.
 demo: install
 	@$(PY) -m harness -m experiment=cpu_demo hydra.sweep.dir=$(DEMO_SWEEP)
 	@$(PY) -m harness.report $(DEMO_SWEEP) -o $(DEMO_REPORT)
+
+# Refresh the committed sample report (reports/cpu_demo) from a fresh demo sweep.
+sample-report:
+	$(MAKE) demo DEMO_SWEEP=multirun/sample_report DEMO_REPORT=$(SAMPLE_REPORT)
 
 test: install
 	$(PY) -m pytest -q
@@ -81,4 +90,4 @@ gpu-check:
 		$(GPU_PYTHON) -m harness.gpucheck $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache $(GPU_SITE)
+	rm -rf $(VENV) outputs multirun .pytest_cache $(GPU_SITE) $(CACHE_DIR)

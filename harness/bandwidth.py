@@ -38,6 +38,7 @@ from yafsdp_impl import collectives
 SCHEMA = "yafsdp-bench.calibration/1"
 KINDS = ("all_gather", "reduce_scatter")
 KIB, MIB = 2**10, 2**20
+DEFAULT_OUT = Path("outputs/calibration.json")  # under outputs/, which git ignores
 # Message sizes (the unsharded bytes): latency-bound to a 70B layer's fp32 gradients.
 GPU_SIZES = (8 * KIB, 128 * KIB, 2 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB)
 CPU_SIZES = (8 * KIB, 128 * KIB, 1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
@@ -153,7 +154,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure all-gather and reduce-scatter bus bandwidth over message sizes "
         "and write a calibration file for `python -m harness.plan calibration=<file>`.",
     )
-    ap.add_argument("-o", "--out", default="calibration.json", help="calibration file to write")
+    ap.add_argument(
+        "-o",
+        "--out",
+        default=str(DEFAULT_OUT),
+        help=f"calibration file to write (default: {DEFAULT_OUT}, ignored by git)",
+    )
     ap.add_argument("--ranks", type=int, default=0,
                     help="ranks to start when not under torchrun/srun (default: every local "
                     "GPU, or 2 CPU ranks)")  # fmt: skip
@@ -185,7 +191,7 @@ def _validated(args: argparse.Namespace) -> str | None:
     out = Path(args.out)
     if out.exists() and out.is_dir():
         return f"--out {out} is a directory; name a file, e.g. {out / 'calibration.json'}"
-    if not out.parent.exists():
+    if not out.parent.exists() and out != DEFAULT_OUT:
         return f"--out {out}: the directory {out.parent} does not exist; create it first"
     return None
 
@@ -252,6 +258,7 @@ def _spawned(local_rank: int, world: int, port: int, argv: list[str]) -> None:
 
 
 def _write(path: Path, calibration: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # outputs/ of the default
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(calibration, indent=1) + "\n")
     tmp.replace(path)

@@ -16,7 +16,9 @@ from typing import Any
 from harness.gpucheck.outcome import Check, counts, exit_code, skipped
 from harness.gpucheck.report import write_report
 
-REPORTS_DIR = Path(__file__).resolve().parents[2] / "reports" / "gpu"
+REPO = Path(__file__).resolve().parents[2]
+REPORTS_DIR = REPO / "reports" / "gpu"  # the committed reports, from a GPU
+CPU_REPORTS_DIR = REPO / "outputs" / "gpu-check"  # a CPU run's, ignored by git
 SUITES = ("A", "B", "C")
 NO_GPU = "no CUDA device: GPU check skipped"
 
@@ -36,8 +38,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--reports-dir",
         type=Path,
-        default=REPORTS_DIR,
-        help="where <device-slug>/gpu-check.md goes (default: reports/gpu); also $OUT if set",
+        default=None,
+        help="where <device-slug>/gpu-check.md goes (default: reports/gpu on a GPU, "
+        "outputs/gpu-check on a CPU, which git ignores); also $OUT if set",
     )
     ap.add_argument(
         "--budget-s",
@@ -115,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda:
         print("[gpu-check] no CUDA device: GPU checks skipped; suite C runs reduced on CPU")
     rows = run_suites(suites, cuda, args.budget_s)
-    paths = write_report(describe(suites, cuda), rows, args.reports_dir)
+    reports_dir = args.reports_dir or (REPORTS_DIR if cuda else CPU_REPORTS_DIR)
+    paths = write_report(describe(suites, cuda), rows, reports_dir)
     c = counts(rows)
     print(
         f"[gpu-check] {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "

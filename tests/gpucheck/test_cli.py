@@ -47,3 +47,15 @@ def test_unknown_suite_is_refused(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--suite", "D"])
     assert "invalid choice: 'D'" in capsys.readouterr().err
+
+
+def test_a_cpu_run_writes_to_an_ignored_folder_by_default(tmp_path, monkeypatch):
+    """A clean clone stays clean: without --reports-dir a CPU run writes under outputs/
+    (git ignores it), never into the committed reports/gpu/."""
+    assert cli.CPU_REPORTS_DIR == cli.REPO / "outputs" / "gpu-check"
+    monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.setattr(cli, "CPU_REPORTS_DIR", tmp_path / "outputs" / "gpu-check")
+    monkeypatch.setattr(cli, "REPORTS_DIR", tmp_path / "reports" / "gpu")
+    assert cli.main(["--suite", "A"]) == 0
+    assert (tmp_path / "outputs" / "gpu-check" / "cpu" / "gpu-check.md").is_file()
+    assert not (tmp_path / "reports").exists()
