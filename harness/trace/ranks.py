@@ -1,0 +1,305 @@
+"""Across ranks: match each collective's instances, align the ranks' clocks, and split each
+rank's collective into the wait for the last rank to arrive and the transfer after it.
+
+A collective's instances are matched by its lane and its call order within the step: the
+lane stands for the process group (NCCL runs each communicator's kernels on a stream of its
+own, in call order; on CPU all `gloo:*` spans form one lane). Streams are numbered per rank
+by the first collective they ran, so ranks whose stream ids differ still match. An
+instance whose kind differs between ranks is dropped, and counted.
+
+Clocks: a collective ends at nearly the same moment on every rank (the last chunk lands
+everywhere at once), so each rank's offset from the first rank is the median, over the
+matched instances, of its end less the first rank's end.
+
+Arrival: a rank's collective kernel (or gloo span) starts when that rank arrives; it then
+spins until the last rank arrives. On rank r, [start, last arrival) is the wait and the
+rest is the transfer. The late rank is named, with what it was doing meanwhile. No torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from harness.trace import causes
+from harness.trace.attribute import StepAttribution
+from harness.trace.classify import COMM, COMPUTE, MEMORY
+from harness.trace.lanes import main_thread, on_thread
+from harness.trace.overlap import Intervals, clip, intersect, merge, subtract
+from harness.trace.parse import TraceError, load_trace
+from harness.trace.summary import Analysis, analyse, find_traces
+
+_US = 1e-6
+# the part of an exposed collective spent waiting for the last rank: by_unit names the rank
+SKEW = "comm.skew"
+SKEW_DESCRIPTION = "exposed wait for a rank that arrived late at a collective"
+
+_KIND_PATTERNS = (
+    ("all_gather", re.compile(r"all_?gather|allgather", re.I)),
+    ("reduce_scatter", re.compile(r"reduce_?scatter|reducescatter", re.I)),
+    ("all_reduce", re.compile(r"all_?reduce|allreduce", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("send_recv", re.compile(r"send|recv", re.I)),
+)
+_GEMM_ATTENTION = re.compile(r"gemm|attention|flash|sdpa|fmha|matmul|\bmm\b|addmm|linear", re.I)
+
+
+def collective_kind(name: str) -> str:
+    """'all_gather', 'reduce_scatter', 'all_reduce', 'broadcast', 'send_recv' or 'other'."""
+    for kind, pattern in _KIND_PATTERNS:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One rank's run of one collective, in that rank's own microseconds."""
+
+    rank: int
+    lane: int  # this rank's lane number (streams numbered by first use)
+    step: int
+    order: int  # call order within the step, on the lane
+    kind: str
+    start: float
+    end: float
+
+
+def instances(a: Analysis) -> list[Instance]:
+    """Every collective kernel (GPU) or gloo span (CPU) of one rank's trace, inside a step."""
+    ev = a.trace.events
+    idx = np.flatnonzero((a.labels == COMM) & (ev["step"].to_numpy() >= 0))
+    ts, dur = ev["ts"].to_numpy()[idx], ev["dur"].to_numpy()[idx]
+    steps = ev["step"].to_numpy()[idx]
+    names = ev["name"].to_numpy()[idx]
+    streams = ev["stream"].to_numpy()[idx] if a.kind == "gpu" else np.zeros(idx.size, int)
+    order = np.lexsort((ts, steps))
+    first_use: dict[int, int] = {}
+    counters: Counter[tuple[int, int]] = Counter()
+    out = []
+    for j in order:
+        lane = first_use.setdefault(int(streams[j]), len(first_use))
+        key = (lane, int(steps[j]))
+        out.append(
+            Instance(
+                a.rank,
+                lane,
+                int(steps[j]),
+                counters[key],
+                collective_kind(str(names[j])),
+                float(ts[j]),
+                float(ts[j] + dur[j]),
+            )  # fmt: skip
+        )
+        counters[key] += 1
+    return out
+
+
+Key = tuple[int, int, int]  # (lane, step, order)
+
+
+def match(per_rank: dict[int, list[Instance]]) -> tuple[dict[Key, dict[int, Instance]], int]:
+    """Instances present on every rank with one kind, by key; and how many keys were dropped
+    (missing on a rank, or of different kinds)."""
+    by_key: dict[Key, dict[int, Instance]] = defaultdict(dict)
+    for rank, found in per_rank.items():
+        for i in found:
+            by_key[(i.lane, i.step, i.order)][rank] = i
+    ranks = set(per_rank)
+    kept = {
+        k: v
+        for k, v in by_key.items()
+        if set(v) == ranks and len({i.kind for i in v.values()}) == 1
+    }
+    return kept, len(by_key) - len(kept)
+
+
+def clock_offsets(matched: dict[Key, dict[int, Instance]], ranks: list[int]) -> dict[int, float]:
+    """Microseconds to subtract from each rank's times to put them on the first rank's clock."""
+    ref = min(ranks)
+    offsets = {ref: 0.0}
+    for r in ranks:
+        if r == ref:
+            continue
+        diffs = [v[r].end - v[ref].end for v in matched.values()]
+        offsets[r] = float(np.median(diffs)) if diffs else 0.0
+    return offsets
+
+
+@dataclass(frozen=True)
+class CollectiveSplit:
+    """One rank's instance of a matched collective, split at the last rank's arrival."""
+
+    rank: int
+    step: int
+    lane: int
+    order: int
+    kind: str
+    start_us: float  # the rank's own clock
+    wait_s: float  # from its arrival to the last rank's
+    transfer_s: float  # the rest of the collective
+    late_rank: int | None  # None: every rank arrived at once
+    because: str  # the late rank's cause meanwhile (a name of harness.trace.causes), or ''
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    offsets_us: dict[int, float]
+    splits: list[CollectiveSplit]
+    unmatched: int  # collective instances that could not be matched on every rank
+    warnings: list[str] = field(default_factory=list)
+
+
+def _lane_cause(a: Analysis, lo: float, hi: float) -> str:
+    """What one rank's lane was busiest with in [lo, hi) (its own clock), as a cause name:
+    compute by family, a collective, a copy, or the host when nothing ran."""
+    if hi <= lo:
+        return causes.HOST_OTHER
+    ev = a.trace.events
+    ts, end = ev["ts"].to_numpy(), ev["ts"].to_numpy() + ev["dur"].to_numpy()
+    near = (end > lo) & (ts < hi)
+    if a.kind == "cpu":
+        near &= on_thread(ev, main_thread(ev)) | (a.labels == COMM)
+    best, best_s = causes.HOST_OTHER, 0.0
+    busy = Intervals.empty()
+    for label in (COMPUTE, COMM, MEMORY):
+        m = near & (a.labels == label)
+        iv = subtract(clip(merge(ts[m], end[m]), lo, hi), busy)
+        busy = merge(np.r_[busy.start, iv.start], np.r_[busy.end, iv.end])
+        if iv.length() <= best_s:
+            continue
+        best_s = iv.length()
+        if label == COMPUTE:
+            names = ev["name"].to_numpy()[m].astype(str)
+            gemm = sum(
+                float(min(e, hi) - max(s, lo))
+                for s, e, n in zip(ts[m], end[m], names, strict=True)
+                if _GEMM_ATTENTION.search(n)
+            )
+            best = (
+                causes.COMPUTE_GEMM_ATTENTION if gemm * 2 >= iv.length() else causes.COMPUTE_OTHER
+            )
+        elif label == COMM:
+            kinds = Counter(collective_kind(str(n)) for n in ev["name"].to_numpy()[m])
+            best = causes.exposed_comm(kinds.most_common(1)[0][0])
+        else:
+            best = causes.MEMCPY
+    idle = (hi - lo) - busy.length()
+    return causes.HOST_OTHER if idle > best_s else best
+
+
+def split_collectives(analyses: list[Analysis]) -> CrossRank:
+    """Every rank's matched collectives, split into the wait for the last arrival and the
+    transfer; the late rank named with its cause in the time the others waited for it."""
+    by_rank = {a.rank: a for a in analyses}
+    per_rank = {r: instances(a) for r, a in by_rank.items()}
+    matched, unmatched = match(per_rank)
+    ranks = sorted(by_rank)
+    offsets = clock_offsets(matched, ranks)
+    warnings = []
+    if unmatched:
+        warnings.append(
+            f"{unmatched} collective instance(s) not found on every rank with one kind; "
+            "left out of the cross-rank split"
+        )
+    splits = []
+    for key in sorted(matched):
+        group = matched[key]
+        arrival = {r: i.start - offsets[r] for r, i in group.items()}
+        latest = max(arrival, key=lambda r: (arrival[r], -r))
+        last = arrival[latest]
+        earliest = min(arrival.values())
+        late: int | None = None
+        because = ""
+        if earliest < last:
+            late = latest
+            because = _lane_cause(by_rank[late], earliest + offsets[late], last + offsets[late])
+        for r, i in sorted(group.items()):
+            dur = i.end - i.start
+            wait = float(np.clip(last - arrival[r], 0.0, dur))
+            splits.append(
+                CollectiveSplit(
+                    r,
+                    i.step,
+                    i.lane,
+                    i.order,
+                    i.kind,
+                    i.start,
+                    wait * _US,
+                    (dur - wait) * _US,
+                    late,
+                    because,
+                )  # fmt: skip
+            )
+    return CrossRank(offsets, splits, unmatched, warnings)
+
+
+def exposed_skew(a: Analysis, splits: list[CollectiveSplit]) -> dict[int, dict[int, float]]:
+    """Per step, per late rank: the seconds of this rank's exposed communication that lie
+    in its waits for that late rank."""
+    exposed = subtract(a.busy.comm, a.busy.compute)
+    out: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for s in splits:
+        if s.rank != a.rank or s.late_rank is None or s.wait_s <= 0:
+            continue
+        wait = Intervals(np.array([s.start_us]), np.array([s.start_us + s.wait_s / _US]))
+        seconds = intersect(wait, exposed).length() * _US
+        if seconds > 0:
+            out[s.step][s.late_rank] += seconds
+    return {step: dict(v) for step, v in out.items()}
+
+
+def with_skew(step: StepAttribution, skew: dict[int, float]) -> StepAttribution:
+    """The step with the exposed waits for late ranks moved out of the exposed-collective
+    causes into SKEW (by_unit names the late rank); the causes still sum to the step."""
+    exposed = [c for c in causes.EXPOSED_COMM if c != causes.COMM_SLOW]
+    available = sum(step.causes.get(c, 0.0) for c in exposed)
+    wanted = sum(skew.values())
+    moved = min(wanted, available)
+    if moved <= 0:
+        return step
+    new = dict(step.causes)
+    for c in exposed:  # take from each exposed cause in proportion to its size
+        new[c] = new.get(c, 0.0) * (1 - moved / available) if c in new else 0.0
+    new = {c: v for c, v in new.items() if v > 0 or c not in exposed}
+    new[SKEW] = moved
+    by_unit = dict(step.by_unit)
+    by_unit[SKEW] = {f"rank {r}": s * moved / wanted for r, s in sorted(skew.items())}
+    return replace(step, causes=new, by_unit=by_unit)
+
+
+def late_arrivals(cross: CrossRank) -> list[str]:
+    """One line per (late rank, cause): 'skew: rank 1 arrived late, because host.other
+    (12 collectives, 40.0 ms waited by the others)'."""
+    waited: dict[tuple[int, str], float] = defaultdict(float)
+    count: Counter[tuple[int, str]] = Counter()
+    for s in cross.splits:
+        if s.late_rank is None:
+            continue
+        if s.rank == s.late_rank:
+            count[(s.late_rank, s.because)] += 1
+        else:
+            waited[(s.late_rank, s.because)] += s.wait_s
+    lines = []
+    for (rank, because), seconds in sorted(waited.items(), key=lambda kv: -kv[1]):
+        lines.append(
+            f"skew: rank {rank} arrived late, because {because} "
+            f"({count[(rank, because)]} collectives, {seconds * 1e3:.3f} ms waited by the others)"
+        )
+    return lines
+
+
+def analyse_job(job_dir: Path | str) -> list[Analysis]:
+    paths = find_traces(job_dir)
+    if not paths:
+        raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
+    return [analyse(load_trace(p)) for p in paths]
+
+
+def job_cross_rank(job_dir: Path | str) -> CrossRank:
+    """The cross-rank split of every rank's trace of a job."""
+    return split_collectives(analyse_job(job_dir))
