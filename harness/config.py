@@ -104,19 +104,28 @@ class DeviceSpec:
 
 @dataclass(kw_only=True)
 class FaultConfig:
-    """A deliberate failure for testing: kind none|raise|hang|oom|kill on `rank` at `step`."""
+    """A deliberate failure for testing: kind none|crash|hang|oom|kill on `rank` at `step`;
+    or kind delay: `rank` sleeps `ms` inside engine range `where`, once a step from `step` on
+    (`harness.fault_delay`)."""
 
     kind: str = "none"
     rank: int = 0
     step: int = 1
+    where: str = ""
+    ms: float = 0.0
 
 
-FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
+FAULT_KINDS = ("none", "crash", "hang", "oom", "kill", "delay")
 
 
 # Fields added after results were first recorded, with the value those results ran with:
 # an older result.json without the field is read as having it (resume, the report).
-FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
+FIELDS_ADDED_LATER = {
+    "model_impl": "native",
+    "engine.memory_budget_gb": 0.0,
+    "fault.where": "",
+    "fault.ms": 0.0,
+}
 
 
 @dataclass(kw_only=True)
