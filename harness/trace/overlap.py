@@ -267,31 +267,7 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
             return -1
         return int(inside[np.argmax(ann_start[inside])])
 
-    comm_idx = np.flatnonzero(labels == COMM)
-    issue_time = np.full(comm_idx.size, np.nan)
-    issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
-    if kind == "gpu":
-        corr = events["correlation"].to_numpy()
-        is_launch = cpu & (corr >= 0)
-        launches = pd.DataFrame(
-            {"ts": ts[is_launch], "thread": thread[is_launch]}, index=corr[is_launch]
-        )
-        launches = launches[~launches.index.duplicated()].reindex(corr[comm_idx])
-        issue_time = launches["ts"].to_numpy(dtype=np.float64)
-        issue_thread = launches["thread"].fillna(-1).to_numpy(dtype=np.int64)
-    else:
-        api = np.flatnonzero(on_main & collective_api_mask(events))
-        api = api[np.argsort(ts[api], kind="stable")]
-        # one call per collective: drop API events nested in the call before them
-        api = api[np.r_[True, ts[api][1:] >= np.maximum.accumulate(end[api])[:-1]]]
-        order = np.argsort(ts[comm_idx])
-        k = 0
-        for j in order:
-            # skip calls that cannot have issued this span (they start after it)
-            if k < api.size and ts[api[k]] <= ts[comm_idx[j]]:
-                issue_time[j] = ts[api[k]]
-                issue_thread[j] = thread[api[k]]
-                k += 1
+    comm_idx, issue_time, issue_thread = collective_issue(events, kind, labels)
 
     exposed = subtract(busy.comm, busy.compute)
     rows: dict[int, dict] = {}
@@ -321,3 +297,44 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     table["kind"] = [k[0] for k in kinds]
     table["unit"] = [k[1] for k in kinds]
     return table[UNIT_COLUMNS]
+
+
+def collective_issue(
+    events: pd.DataFrame, kind: TraceKind, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indices of the communication events, when each was issued, by which CPU thread);
+    NaN / -1 where unknown. GPU: the launch linked by correlation id. CPU: gloo runs
+    collectives in the order they were issued, so the k-th `gloo:*` span is matched to
+    the k-th collective call on the main thread that started before it."""
+    ts = events["ts"].to_numpy()
+    end = ts + events["dur"].to_numpy()
+    cpu = on_cpu(events)
+    on_main = on_thread(events, main_thread(events, cpu))
+    thread = events["pid"].cat.codes.to_numpy().astype(np.int64) << 32
+    thread |= events["tid"].cat.codes.to_numpy().astype(np.int64)
+    comm_idx = np.flatnonzero(labels == COMM)
+    issue_time = np.full(comm_idx.size, np.nan)
+    issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
+    if kind == "gpu":
+        corr = events["correlation"].to_numpy()
+        is_launch = cpu & (corr >= 0)
+        launches = pd.DataFrame(
+            {"ts": ts[is_launch], "thread": thread[is_launch]}, index=corr[is_launch]
+        )
+        launches = launches[~launches.index.duplicated()].reindex(corr[comm_idx])
+        issue_time = launches["ts"].to_numpy(dtype=np.float64)
+        issue_thread = launches["thread"].fillna(-1).to_numpy(dtype=np.int64)
+    else:
+        api = np.flatnonzero(on_main & collective_api_mask(events))
+        api = api[np.argsort(ts[api], kind="stable")]
+        # one call per collective: drop API events nested in the call before them
+        api = api[np.r_[True, ts[api][1:] >= np.maximum.accumulate(end[api])[:-1]]]
+        order = np.argsort(ts[comm_idx])
+        k = 0
+        for j in order:
+            # skip calls that cannot have issued this span (they start after it)
+            if k < api.size and ts[api[k]] <= ts[comm_idx[j]]:
+                issue_time[j] = ts[api[k]]
+                issue_thread[j] = thread[api[k]]
+                k += 1
+    return comm_idx, issue_time, issue_thread
