@@ -1,5 +1,6 @@
 """python -m harness.trace summarize <trace file | job dir> [--units] [--json]
 python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank R] [--step N]
+python -m harness.trace why <job A> <job B> [--json]
 """
 
 from __future__ import annotations
@@ -58,6 +59,18 @@ def timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def why(args: argparse.Namespace) -> int:
+    from harness.trace.why import WhyError, why_lines
+    from harness.trace.why import why as compare_jobs
+
+    try:
+        found = compare_jobs(args.job_a, args.job_b)
+    except WhyError as e:
+        raise TraceError(str(e)) from e
+    print(json.dumps(found, indent=2) if args.json else "\n".join(why_lines(found)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.trace", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -72,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rank", type=int, default=0)
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)
+    w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
+    w.add_argument("job_a", help="a job directory (result.json and traces/)")
+    w.add_argument("job_b", help="a job directory at the same grid point")
+    w.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    w.set_defaults(func=why)
     args = p.parse_args(argv)
     try:
         return args.func(args)
