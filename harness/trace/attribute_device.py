@@ -66,7 +66,7 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     device = device[events["stream"].to_numpy()[device] >= 0]
     ts = events["ts"].to_numpy()[device]
     dur = events["dur"].to_numpy()[device]
-    names = events["name"].to_numpy()[device].astype(str)
+    names = events["name"].to_numpy()[device]
     launch, thread = _launches(events, device)
     ranges = Ranges(events)
     roles = ranges.role_of(ranges.innermost(thread, np.nan_to_num(launch, nan=-np.inf)))
@@ -74,11 +74,8 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     kind = np.array([r.kind if r else "" for r in roles], dtype=object)
     unit = np.array([r.unit if r and r.role == ENGINE else "" for r in roles], dtype=object)
     label = labels[device]
-    cause = np.where(
-        np.array([bool(GEMM_KERNEL.search(n)) for n in names]),
-        C.COMPUTE_GEMM_ATTENTION,
-        C.COMPUTE_OTHER,
-    ).astype(object)
+    gemm = where(events["name"], lambda s: s.str.contains(GEMM_KERNEL))[device]
+    cause = np.where(gemm, C.COMPUTE_GEMM_ATTENTION, C.COMPUTE_OTHER).astype(object)
     cause[role == ENGINE] = C.ENGINE
     cause[role == OPTIMIZER] = C.OPTIMIZER
     priority = np.array([_PRIORITY[c] for c in cause])
@@ -86,7 +83,7 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     memory = ~comm & (label != COMPUTE)
     priority[comm], priority[memory] = _PRIORITY["comm"], _PRIORITY["memory"]
     cause[memory & (role == "")] = C.MEMCPY
-    comm_kind = np.array([collective_kind(n) for n in names[comm]], dtype=object)
+    comm_kind = np.array([collective_kind(n) for n in names[comm].astype(str)], dtype=object)
     engine_kind = kind[comm]
     comm_kind = np.where(np.isin(engine_kind, C.COLLECTIVE_KINDS), engine_kind, comm_kind)
     cause[comm] = [C.exposed_comm(k) for k in comm_kind]
