@@ -1,11 +1,12 @@
 """Across ranks: match each collective's instances, align the ranks' clocks, and split each
 rank's collective into the wait for the last rank to arrive and the transfer after it.
 
-A collective's instances are matched by its lane and its call order within the step: the
-lane stands for the process group (NCCL runs each communicator's kernels on a stream of its
-own, in call order; on CPU all `gloo:*` spans form one lane). Streams are numbered per rank
-by the first collective they ran, so ranks whose stream ids differ still match. An
-instance whose kind differs between ranks is dropped, and counted.
+A collective's instances are matched by process group and call order within the step: the
+group is the one Kineto records on the kernel ("Process Group Name"); where the trace has
+none, the lane stands for it (NCCL runs each communicator's kernels on a stream of its own,
+in call order; on CPU all `gloo:*` spans form one lane), streams numbered per rank by the
+first collective they ran, so ranks whose stream ids differ still match. An instance whose
+kind differs between ranks is dropped, and counted.
 
 Clocks: a collective ends at nearly the same moment on every rank (the last chunk lands
 everywhere at once), so each rank's offset from the first rank is the median, over the
@@ -18,7 +19,6 @@ rest is the transfer. The late rank is named, with what it was doing meanwhile. 
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,33 +27,19 @@ import numpy as np
 
 from harness.trace import causes
 from harness.trace.attribute import StepAttribution
+from harness.trace.attribute_device import GEMM_KERNEL
+from harness.trace.attribute_host import GEMM_OP
 from harness.trace.classify import COMM, COMPUTE, MEMORY
 from harness.trace.lanes import main_thread, on_thread
 from harness.trace.overlap import Intervals, clip, intersect, merge, subtract
 from harness.trace.parse import TraceError, load_trace
 from harness.trace.summary import Analysis, analyse, find_traces
+from harness.trace.yardstick import collective_kind
 
 _US = 1e-6
 # the part of an exposed collective spent waiting for the last rank: by_unit names the rank
 SKEW = "comm.skew"
 SKEW_DESCRIPTION = "exposed wait for a rank that arrived late at a collective"
-
-_KIND_PATTERNS = (
-    ("all_gather", re.compile(r"all_?gather|allgather", re.I)),
-    ("reduce_scatter", re.compile(r"reduce_?scatter|reducescatter", re.I)),
-    ("all_reduce", re.compile(r"all_?reduce|allreduce", re.I)),
-    ("broadcast", re.compile(r"broadcast", re.I)),
-    ("send_recv", re.compile(r"send|recv", re.I)),
-)
-_GEMM_ATTENTION = re.compile(r"gemm|attention|flash|sdpa|fmha|matmul|\bmm\b|addmm|linear", re.I)
-
-
-def collective_kind(name: str) -> str:
-    """'all_gather', 'reduce_scatter', 'all_reduce', 'broadcast', 'send_recv' or 'other'."""
-    for kind, pattern in _KIND_PATTERNS:
-        if pattern.search(name):
-            return kind
-    return "other"
 
 
 @dataclass(frozen=True)
@@ -61,7 +47,8 @@ class Instance:
     """One rank's run of one collective, in that rank's own microseconds."""
 
     rank: int
-    lane: int  # this rank's lane number (streams numbered by first use)
+    lane: str  # the process group's name where the trace records it, else the stream's
+    # number by first use on this rank
     step: int
     order: int  # call order within the step, on the lane
     kind: str
@@ -77,12 +64,16 @@ def instances(a: Analysis) -> list[Instance]:
     steps = ev["step"].to_numpy()[idx]
     names = ev["name"].to_numpy()[idx]
     streams = ev["stream"].to_numpy()[idx] if a.kind == "gpu" else np.zeros(idx.size, int)
+    recorded = a.trace.collectives
+    groups = dict(zip(recorded["row"], recorded["group"], strict=True))
     order = np.lexsort((ts, steps))
     first_use: dict[int, int] = {}
-    counters: Counter[tuple[int, int]] = Counter()
+    counters: Counter[tuple[str, int]] = Counter()
     out = []
     for j in order:
-        lane = first_use.setdefault(int(streams[j]), len(first_use))
+        group = groups.get(int(idx[j]), "")
+        number = first_use.setdefault(int(streams[j]), len(first_use))
+        lane = f"group {group}" if group else f"lane {number}"
         key = (lane, int(steps[j]))
         out.append(
             Instance(
@@ -99,7 +90,7 @@ def instances(a: Analysis) -> list[Instance]:
     return out
 
 
-Key = tuple[int, int, int]  # (lane, step, order)
+Key = tuple[str, int, int]  # (lane, step, order)
 
 
 def match(per_rank: dict[int, list[Instance]]) -> tuple[dict[Key, dict[int, Instance]], int]:
@@ -136,7 +127,7 @@ class CollectiveSplit:
 
     rank: int
     step: int
-    lane: int
+    lane: str
     order: int
     kind: str
     start_us: float  # the rank's own clock
@@ -175,10 +166,11 @@ def _lane_cause(a: Analysis, lo: float, hi: float) -> str:
         best_s = iv.length()
         if label == COMPUTE:
             names = ev["name"].to_numpy()[m].astype(str)
+            family = GEMM_KERNEL if a.kind == "gpu" else GEMM_OP
             gemm = sum(
                 float(min(e, hi) - max(s, lo))
                 for s, e, n in zip(ts[m], end[m], names, strict=True)
-                if _GEMM_ATTENTION.search(n)
+                if family.search(n)
             )
             best = (
                 causes.COMPUTE_GEMM_ATTENTION if gemm * 2 >= iv.length() else causes.COMPUTE_OTHER

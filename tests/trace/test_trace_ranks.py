@@ -1,5 +1,7 @@
 """Across ranks: hand-built multi-rank traces with known clock offsets and late arrivals."""
 
+import json
+
 import pytest
 
 from harness.trace import causes
@@ -7,7 +9,6 @@ from harness.trace.attribute import StepAttribution
 from harness.trace.parse import load_trace
 from harness.trace.ranks import (
     SKEW,
-    collective_kind,
     exposed_skew,
     job_cross_rank,
     late_arrivals,
@@ -50,15 +51,6 @@ def two_ranks(tmp_path):
     write_gpu_trace(jobs / "traces/rank0.json", r0, rank=0, world_size=2)
     write_gpu_trace(jobs / "traces/rank1.json", _shifted(r1, 5000.0), rank=1, world_size=2)
     return jobs
-
-
-def test_kinds_from_kernel_and_gloo_names():
-    assert collective_kind("ncclDevKernel_AllGather_RING_LL(ncclDevComm*)") == "all_gather"
-    assert collective_kind(REDUCE_SCATTER) == "reduce_scatter"
-    assert collective_kind("ncclKernel_AllReduce_RING_LL_Sum_float") == "all_reduce"
-    assert collective_kind("gloo:all_reduce") == "all_reduce"
-    assert collective_kind("gloo:reduce_scatter") == "reduce_scatter"
-    assert collective_kind("ncclKernel_SendRecv_RING_SIMPLE") == "send_recv"
 
 
 def test_offsets_recovered_and_late_rank_named(two_ranks):
@@ -158,3 +150,31 @@ def test_exposed_wait_moves_into_skew_and_the_step_still_sums(two_ranks):
     assert sum(moved.causes.values()) == pytest.approx(step.step_s)
     assert moved.by_unit[SKEW] == {"rank 1": pytest.approx(300e-6)}
     assert with_skew(step, {}) is step
+
+
+def _with_groups(path, groups: dict[int, str]) -> None:
+    """Give the NCCL kernels of each stream the process group Kineto would record."""
+    trace = json.loads(path.read_text())
+    for e in trace["traceEvents"]:
+        stream = (e.get("args") or {}).get("stream")
+        if e.get("name", "").startswith("nccl") and stream in groups:
+            e["args"].update({"Collective name": "allgather", "Process Group Name": groups[stream]})
+    path.write_text(json.dumps(trace))
+
+
+def test_recorded_process_groups_match_whatever_the_streams_first_use(tmp_path):
+    """Rank 1 uses its second group first: by lane order the two would be crossed."""
+    r0 = [Kernel(1, 7, 0, 100), nccl(1, 20, 100, 400), nccl(1, 30, 600, 100)]
+    r1 = [Kernel(1, 7, 0, 100), nccl(1, 40, 50, 650), nccl(1, 50, 300, 200)]
+    for r, ks, groups in ((0, r0, {20: "1", 30: "2"}), (1, r1, {40: "2", 50: "1"})):
+        path = write_gpu_trace(tmp_path / f"traces/rank{r}.json", ks, rank=r, world_size=2)
+        _with_groups(path, groups)
+    cross = job_cross_rank(tmp_path)
+    assert cross.unmatched == 0
+    lanes = {(s.rank, s.lane): s for s in cross.splits}
+    assert set(lanes) == {(r, f"group {g}") for r in (0, 1) for g in ("1", "2")}
+    # group 1 ends at 500 on both ranks; rank 0 arrived at 100, rank 1 at 300
+    assert lanes[(0, "group 1")].wait_s == pytest.approx(200e-6)
+    assert lanes[(1, "group 1")].late_rank == 1
+    assert lanes[(1, "group 2")].wait_s == pytest.approx(550e-6)
+    assert lanes[(0, "group 2")].late_rank == 0
