@@ -264,11 +264,12 @@ def with_skew(step: StepAttribution, skew: dict[int, float]) -> StepAttribution:
     return replace(step, causes=new, by_unit=by_unit)
 
 
-def late_arrivals(cross: CrossRank) -> list[str]:
-    """One line per (late rank, cause): 'skew: rank 1 arrived late, because host.other
-    (12 collectives, 40.0 ms waited by the others)'."""
+def late_arrivals(cross: CrossRank, shown: int = 3) -> list[str]:
+    """The `shown` largest (late rank, cause) pairs, one line each: 'skew: rank 1 arrived
+    late, because host.other (12 collectives, 40.000 ms per step waited by the others)'."""
     waited: dict[tuple[int, str], float] = defaultdict(float)
     count: Counter[tuple[int, str]] = Counter()
+    steps = len({s.step for s in cross.splits}) or 1
     for s in cross.splits:
         if s.late_rank is None:
             continue
@@ -276,12 +277,15 @@ def late_arrivals(cross: CrossRank) -> list[str]:
             count[(s.late_rank, s.because)] += 1
         else:
             waited[(s.late_rank, s.because)] += s.wait_s
-    lines = []
-    for (rank, because), seconds in sorted(waited.items(), key=lambda kv: -kv[1]):
-        lines.append(
-            f"skew: rank {rank} arrived late, because {because} "
-            f"({count[(rank, because)]} collectives, {seconds * 1e3:.3f} ms waited by the others)"
-        )
+    ranked = sorted(waited.items(), key=lambda kv: -kv[1])
+    lines = [
+        f"skew: rank {rank} arrived late, because {because} ({count[(rank, because)]} "
+        f"collectives, {seconds / steps * 1e3:.3f} ms per step waited by the others)"
+        for (rank, because), seconds in ranked[:shown]
+    ]
+    if len(ranked) > shown:
+        rest = sum(v for _, v in ranked[shown:]) / steps
+        lines.append(f"skew: {len(ranked) - shown} more, {rest * 1e3:.3f} ms per step")
     return lines
 
 

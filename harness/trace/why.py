@@ -171,6 +171,8 @@ def compare(a: TracedJob, b: TracedJob) -> dict[str, Any]:
                 "a_s": a.causes.get(cause, 0.0),
                 "b_s": b.causes.get(cause, 0.0),
                 "units": dict(sorted(units.items(), key=lambda kv: -abs(kv[1]))),
+                "units_a": ua,
+                "units_b": ub,
             }
         )
     terms.sort(key=lambda t: -abs(t["delta_s"]))
@@ -211,13 +213,22 @@ def _slowest(job: dict[str, Any]) -> str:
     return ", ".join(f"rank {r} in {n} of {steps} steps" for r, n in ranks.items())
 
 
-def _unit_words(units: dict[str, float], floor: float) -> str:
-    shown = [(u, v) for u, v in units.items() if abs(v) >= floor][:UNITS_SHOWN]
-    if not shown:
-        return ""
-    more = len([v for v in units.values() if abs(v) >= floor]) - len(shown)
-    words = ", ".join(f"{u or '(no unit)'} {v:+.4f} s" for u, v in shown)
-    return f" [{words}{f', and {more} more units' if more > 0 else ''}]"
+def _top(units: dict[str, float], floor: float) -> str:
+    big = sorted(((u, v) for u, v in units.items() if abs(v) >= floor), key=lambda kv: -abs(kv[1]))
+    words = ", ".join(f"{u or '(no unit)'} {v:+.4f} s" for u, v in big[:UNITS_SHOWN])
+    more = len(big) - UNITS_SHOWN
+    return words + (f", and {more} more units" if more > 0 else "")
+
+
+def _unit_words(term: dict[str, Any], a: str, b: str, floor: float) -> str:
+    """Per unit where the jobs name units alike (or one names none); else each job's own
+    largest units (engines name their units differently: FSDP1's carry no name)."""
+    ua, ub = term["units_a"], term["units_b"]
+    if not ua or not ub or ua.keys() & ub.keys():
+        words = _top(term["units"], floor)
+        return f" [{words}]" if words else ""
+    sides = [f"{label}: {_top(u, floor)}" for label, u in ((b, ub), (a, ua)) if _top(u, floor)]
+    return f" [{'; '.join(sides)}]" if sides else ""
 
 
 def why_lines(found: dict[str, Any]) -> list[str]:
@@ -231,7 +242,7 @@ def why_lines(found: dict[str, Any]) -> list[str]:
             rest += t["delta_s"]
             continue
         shown.append(f"{t['delta_s']:+.4f} s {t['description']} ({t['cause']})"
-                     + _unit_words(t["units"], floor))  # fmt: skip
+                     + _unit_words(t, a["label"], b["label"], floor))  # fmt: skip
     if abs(rest) > 0:
         shown.append(f"{rest:+.4f} s other causes, each under {SHOWN_FRACTION:.1%} of the step")
     timed = found["timed_difference_s"]

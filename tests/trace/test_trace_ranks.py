@@ -73,7 +73,7 @@ def test_offsets_recovered_and_late_rank_named(two_ranks):
         assert s.transfer_s == pytest.approx(100e-6)
     (line,) = late_arrivals(cross)
     assert line.startswith("skew: rank 1 arrived late, because compute.gemm_attention")
-    assert "0.600 ms waited" in line  # 300 us in each of two steps
+    assert "0.300 ms per step waited" in line  # 300 us in each of two steps
 
 
 def test_split_is_the_same_whatever_the_clock_offsets(tmp_path):
