@@ -24,14 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from harness.trace import causes
 from harness.trace.attribute import StepAttribution
-from harness.trace.attribute_device import GEMM_KERNEL
-from harness.trace.attribute_host import GEMM_OP
-from harness.trace.classify import COMM, COMPUTE, MEMORY
-from harness.trace.lanes import main_thread, on_thread
-from harness.trace.overlap import Intervals, clip, intersect, merge, subtract
+from harness.trace.attribute_device import attribute_device
+from harness.trace.attribute_host import attribute_host
+from harness.trace.classify import COMM
+from harness.trace.overlap import Intervals, intersect, subtract
 from harness.trace.parse import TraceError, load_trace
 from harness.trace.summary import Analysis, analyse, find_traces
 from harness.trace.yardstick import collective_kind
@@ -145,74 +145,65 @@ class CrossRank:
     warnings: list[str] = field(default_factory=list)
 
 
-def _lane_cause(a: Analysis, lo: float, hi: float) -> str:
-    """What one rank's lane was busiest with in [lo, hi) (its own clock), as a cause name:
-    compute by family, a collective, a copy, or the host when nothing ran."""
-    if hi <= lo:
-        return causes.HOST_OTHER
-    ev = a.trace.events
-    ts, end = ev["ts"].to_numpy(), ev["ts"].to_numpy() + ev["dur"].to_numpy()
-    near = (end > lo) & (ts < hi)
-    if a.kind == "cpu":
-        near &= on_thread(ev, main_thread(ev)) | (a.labels == COMM)
-    best, best_s = causes.HOST_OTHER, 0.0
-    busy = Intervals.empty()
-    for label in (COMPUTE, COMM, MEMORY):
-        m = near & (a.labels == label)
-        iv = subtract(clip(merge(ts[m], end[m]), lo, hi), busy)
-        busy = merge(np.r_[busy.start, iv.start], np.r_[busy.end, iv.end])
-        if iv.length() <= best_s:
-            continue
-        best_s = iv.length()
-        if label == COMPUTE:
-            names = ev["name"].to_numpy()[m].astype(str)
-            family = GEMM_KERNEL if a.kind == "gpu" else GEMM_OP
-            gemm = sum(
-                float(min(e, hi) - max(s, lo))
-                for s, e, n in zip(ts[m], end[m], names, strict=True)
-                if family.search(n)
-            )
-            best = (
-                causes.COMPUTE_GEMM_ATTENTION if gemm * 2 >= iv.length() else causes.COMPUTE_OTHER
-            )
-        elif label == COMM:
-            kinds = Counter(collective_kind(str(n)) for n in ev["name"].to_numpy()[m])
-            best = causes.exposed_comm(kinds.most_common(1)[0][0])
-        else:
-            best = causes.MEMCPY
-    idle = (hi - lo) - busy.length()
-    return causes.HOST_OTHER if idle > best_s else best
+def gap_causes(a: Analysis, gaps: list[tuple[float, float]]) -> list[str]:
+    """The attribution's largest cause in each [lo, hi) of one rank's own clock: its sweep
+    run once over windows cut at every gap's bounds."""
+    if not gaps:
+        return []
+    cuts = np.unique(np.array(gaps, dtype=np.float64).ravel())
+    windows = pd.DataFrame({"step": np.arange(cuts.size - 1), "start": cuts[:-1], "end": cuts[1:]})
+    if a.kind == "gpu":
+        tally = attribute_device(a.trace, windows)
+    else:
+        tally = attribute_host(a.trace, windows)
+    out = []
+    for lo, hi in gaps:
+        total: Counter[str] = Counter()
+        for w in range(int(np.searchsorted(cuts, lo)), int(np.searchsorted(cuts, hi))):
+            total.update(tally.causes[w])
+        out.append(max(total, key=lambda c: total[c]) if total else causes.UNATTRIBUTED)
+    return out
+
+
+@dataclass(frozen=True)
+class _Arrivals:
+    group: dict[int, Instance]
+    last: float  # the last arrival, on the first rank's clock
+    late: int | None
+    gap: tuple[float, float]  # on the late rank's clock: the first arrival to its own
+
+
+def _arrivals(group: dict[int, Instance], offsets: dict[int, float]) -> _Arrivals:
+    arrival = {r: i.start - offsets[r] for r, i in group.items()}
+    latest = max(arrival, key=lambda r: (arrival[r], -r))
+    last, earliest = arrival[latest], min(arrival.values())
+    if earliest >= last:
+        return _Arrivals(group, last, None, (0.0, 0.0))
+    return _Arrivals(group, last, latest, (earliest + offsets[latest], last + offsets[latest]))
 
 
 def split_collectives(analyses: list[Analysis]) -> CrossRank:
     """Every rank's matched collectives, split into the wait for the last arrival and the
     transfer; the late rank named with its cause in the time the others waited for it."""
     by_rank = {a.rank: a for a in analyses}
-    per_rank = {r: instances(a) for r, a in by_rank.items()}
-    matched, unmatched = match(per_rank)
-    ranks = sorted(by_rank)
-    offsets = clock_offsets(matched, ranks)
+    matched, unmatched = match({r: instances(a) for r, a in by_rank.items()})
+    offsets = clock_offsets(matched, sorted(by_rank))
     warnings = []
     if unmatched:
         warnings.append(
             f"{unmatched} collective instance(s) not found on every rank with one kind; "
             "left out of the cross-rank split"
         )
+    found = [_arrivals(matched[key], offsets) for key in sorted(matched)]
+    because: dict[int, str] = {}
+    for rank, a in by_rank.items():
+        late = [j for j, f in enumerate(found) if f.late == rank]
+        because.update(zip(late, gap_causes(a, [found[j].gap for j in late]), strict=True))
     splits = []
-    for key in sorted(matched):
-        group = matched[key]
-        arrival = {r: i.start - offsets[r] for r, i in group.items()}
-        latest = max(arrival, key=lambda r: (arrival[r], -r))
-        last = arrival[latest]
-        earliest = min(arrival.values())
-        late: int | None = None
-        because = ""
-        if earliest < last:
-            late = latest
-            because = _lane_cause(by_rank[late], earliest + offsets[late], last + offsets[late])
-        for r, i in sorted(group.items()):
+    for j, f in enumerate(found):
+        for r, i in sorted(f.group.items()):
             dur = i.end - i.start
-            wait = float(np.clip(last - arrival[r], 0.0, dur))
+            wait = float(np.clip(f.last - (i.start - offsets[r]), 0.0, dur))
             splits.append(
                 CollectiveSplit(
                     r,
@@ -223,8 +214,8 @@ def split_collectives(analyses: list[Analysis]) -> CrossRank:
                     i.start,
                     wait * _US,
                     (dur - wait) * _US,
-                    late,
-                    because,
+                    f.late,
+                    because.get(j, ""),
                 )  # fmt: skip
             )
     return CrossRank(offsets, splits, unmatched, warnings)

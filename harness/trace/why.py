@@ -25,7 +25,7 @@ from harness.grid_point import GridPoint
 from harness.job_dir import JobDir
 from harness.result import CorruptResultError, Result, read_result
 from harness.trace import causes
-from harness.trace.attribute import StepAttribution, attribute_job
+from harness.trace.attribute import StepAttribution, attribute_loaded
 from harness.trace.ranks import (
     SKEW,
     SKEW_DESCRIPTION,
@@ -35,6 +35,7 @@ from harness.trace.ranks import (
     split_collectives,
     with_skew,
 )
+from harness.trace.summary import Analysis
 
 # The profiled pass's mean step may differ from the timed median by this much (a fraction).
 TRACE_TOLERANCE = 0.25
@@ -96,6 +97,13 @@ def _read(job_dir: Path) -> Result:
         raise WhyError(f"{job_dir}: no readable result.json ({e})") from e
 
 
+def _attribute(
+    job_dir: Path, analyses: list[Analysis], probe: dict[str, Any] | None
+) -> list[StepAttribution]:
+    """Every rank's steps, attributed from the traces already parsed for the ranks' split."""
+    return [step for a in analyses for step in attribute_loaded(a.trace, probe)]
+
+
 def traced_job(job_dir: Path | str, attribute: Attribute | None = None) -> TracedJob:
     """Read one job's result and traces; raise WhyError naming the job when it cannot."""
     job_dir = Path(job_dir)
@@ -103,7 +111,8 @@ def traced_job(job_dir: Path | str, attribute: Attribute | None = None) -> Trace
     analyses = analyse_job(job_dir)
     cross = split_collectives(analyses)
     skew = {a.rank: exposed_skew(a, cross.splits) for a in analyses}
-    attributed = (attribute or attribute_job)(job_dir)
+    probe = result.metrics.bandwidth
+    attributed = attribute(job_dir) if attribute else _attribute(job_dir, analyses, probe)
     steps = [with_skew(s, skew.get(s.rank, {}).get(s.step, {})) for s in attributed]
     if not steps:
         raise WhyError(f"{job_dir}: its traces hold no profiled step")

@@ -126,10 +126,26 @@ def test_jobs_at_different_points_are_refused(tmp_path, pair):
 
 def test_cli_prints_json_and_refuses_other_points(tmp_path, pair, capsys, monkeypatch):
     fast, slow, attribute = pair
-    monkeypatch.setattr("harness.trace.why.attribute_job", attribute)
+    monkeypatch.setattr("harness.trace.why._attribute", lambda job, *_: attribute(job))
     assert main(["why", str(fast), str(slow), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["difference_s"] == pytest.approx(0.6e-3)
     other = _job(tmp_path, "other", "fsdp1", timed_s=0.002, gpus=4)
     assert main(["why", str(fast), str(other)]) == 2
     assert "different grid points (gpus: 2 vs 4)" in capsys.readouterr().err
+
+
+def test_the_attribution_of_the_traces_themselves(tmp_path):
+    """No stub: the jobs' own traces attributed; rank 0 of the slow job waits 500 us a step
+    for rank 1, which is still in its GEMM."""
+    fast = _job(tmp_path, "fast", "yafsdp", timed_s=0.0057)
+    slow = _job(tmp_path, "slow", "fsdp1", timed_s=0.0060, late_us=500.0)
+    found = why(fast, slow)
+    assert found["warnings"] == []
+    terms = {t["cause"]: t for t in found["terms"]}
+    assert terms[SKEW]["delta_s"] == pytest.approx(500e-6)
+    assert terms[SKEW]["units"] == {"rank 1": pytest.approx(500e-6)}
+    assert sum(t["delta_s"] for t in found["terms"]) == pytest.approx(found["difference_s"])
+    assert found["b"]["late_arrivals"][0].startswith(
+        "skew: rank 1 arrived late, because compute.gemm_attention (2 collectives, 0.500 ms"
+    )
