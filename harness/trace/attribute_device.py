@@ -44,7 +44,7 @@ _PRIORITY = {
 }  # fmt: skip
 
 
-def _launches(events: pd.DataFrame, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def device_launches(events: pd.DataFrame, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch time, launching thread) of each device event; NaN / -1 where not traced."""
     corr = events["correlation"].to_numpy()
     runtime = on_cpu(events) & (corr >= 0)
@@ -67,7 +67,7 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     ts = events["ts"].to_numpy()[device]
     dur = events["dur"].to_numpy()[device]
     names = events["name"].to_numpy()[device]
-    launch, thread = _launches(events, device)
+    launch, thread = device_launches(events, device)
     ranges = Ranges(events)
     roles = ranges.role_of(ranges.innermost(thread, np.nan_to_num(launch, nan=-np.inf)))
     role = np.array([r.role if r else "" for r in roles], dtype=object)
