@@ -83,7 +83,9 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     memory = ~comm & (label != COMPUTE)
     priority[comm], priority[memory] = _PRIORITY["comm"], _PRIORITY["memory"]
     cause[memory & (role == "")] = C.MEMCPY
-    comm_kind = np.array([collective_kind(n) for n in names[comm].astype(str)], dtype=object)
+    comm_names = names[comm].astype(str)
+    kinds = {n: collective_kind(n) for n in set(comm_names)}  # once per distinct name
+    comm_kind = np.array([kinds[n] for n in comm_names], dtype=object)
     engine_kind = kind[comm]
     comm_kind = np.where(np.isin(engine_kind, C.COLLECTIVE_KINDS), engine_kind, comm_kind)
     cause[comm] = [C.exposed_comm(k) for k in comm_kind]

@@ -185,16 +185,25 @@ def write_gpu_trace(
 
 
 def write_large_gpu_trace(
-    path: Path | str, *, target_bytes: int, rank: int = 0, kernels_per_step: int = 2000
+    path: Path | str,
+    *,
+    target_bytes: int,
+    rank: int = 0,
+    kernels_per_step: int = 2000,
+    nelems: int = 0,
 ) -> Path:
     """A many-step trace of at least target_bytes (uncompressed): each step runs compute on
-    stream 7 and, half overlapped, NCCL on stream 20. Written incrementally."""
+    stream 7 and, half overlapped, NCCL on stream 20 (with collective args when `nelems`).
+    Written incrementally."""
     path = Path(path)
 
     def step_kernels(step: int) -> list[Kernel]:
         t0 = step * kernels_per_step * 12.0
         ks = [Kernel(step, 7, t0 + 10.0 * i, 9.0) for i in range(kernels_per_step)]
-        ks += [nccl(step, 20, t0 + 20.0 * i + 5.0, 10.0) for i in range(kernels_per_step // 4)]
+        ks += [
+            nccl(step, 20, t0 + 20.0 * i + 5.0, 10.0, nelems=nelems)
+            for i in range(kernels_per_step // 4)
+        ]
         return ks
 
     class Counting:
