@@ -221,37 +221,48 @@ def split_collectives(analyses: list[Analysis]) -> CrossRank:
     return CrossRank(offsets, splits, unmatched, warnings)
 
 
-def exposed_skew(a: Analysis, splits: list[CollectiveSplit]) -> dict[int, dict[int, float]]:
-    """Per step, per late rank: the seconds of this rank's exposed communication that lie
-    in its waits for that late rank."""
+Skew = dict[tuple[int, str], float]  # (late rank, collective kind) -> seconds
+
+
+def exposed_skew(a: Analysis, splits: list[CollectiveSplit]) -> dict[int, Skew]:
+    """Per step, per late rank and collective kind: the seconds of this rank's exposed
+    communication that lie in its waits for that late rank."""
     exposed = subtract(a.busy.comm, a.busy.compute)
-    out: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    out: dict[int, Skew] = defaultdict(lambda: defaultdict(float))
     for s in splits:
         if s.rank != a.rank or s.late_rank is None or s.wait_s <= 0:
             continue
         wait = Intervals(np.array([s.start_us]), np.array([s.start_us + s.wait_s / _US]))
         seconds = intersect(wait, exposed).length() * _US
         if seconds > 0:
-            out[s.step][s.late_rank] += seconds
+            out[s.step][(s.late_rank, s.kind)] += seconds
     return {step: dict(v) for step, v in out.items()}
 
 
-def with_skew(step: StepAttribution, skew: dict[int, float]) -> StepAttribution:
-    """The step with the exposed waits for late ranks moved out of the exposed-collective
-    causes into SKEW (by_unit names the late rank); the causes still sum to the step."""
-    exposed = [c for c in causes.EXPOSED_COMM if c != causes.COMM_SLOW]
-    available = sum(step.causes.get(c, 0.0) for c in exposed)
-    wanted = sum(skew.values())
-    moved = min(wanted, available)
-    if moved <= 0:
+def with_skew(step: StepAttribution, skew: Skew) -> StepAttribution:
+    """The step with its exposed waits for late ranks moved out of the exposed collective
+    of their kind (and out of its units, in proportion) into SKEW, whose by_unit names the
+    late rank. Never more than that cause holds: the causes still sum to the step."""
+    new, by_unit = dict(step.causes), {c: dict(u) for c, u in step.by_unit.items()}
+    late: dict[str, float] = defaultdict(float)
+    wanted: dict[str, float] = defaultdict(float)
+    for (_, kind), seconds in skew.items():
+        wanted[causes.exposed_comm(kind)] += seconds
+    for cause, want in wanted.items():
+        held = new.get(cause, 0.0)
+        moved = min(want, held)
+        if moved <= 0:
+            continue
+        new[cause] = held - moved
+        for unit in by_unit.get(cause, {}):
+            by_unit[cause][unit] *= 1 - moved / held
+        for (rank, kind), seconds in skew.items():
+            if causes.exposed_comm(kind) == cause:
+                late[f"rank {rank}"] += seconds * moved / want
+    if not late:
         return step
-    new = dict(step.causes)
-    for c in exposed:  # take from each exposed cause in proportion to its size
-        new[c] = new.get(c, 0.0) * (1 - moved / available) if c in new else 0.0
-    new = {c: v for c, v in new.items() if v > 0 or c not in exposed}
-    new[SKEW] = moved
-    by_unit = dict(step.by_unit)
-    by_unit[SKEW] = {f"rank {r}": s * moved / wanted for r, s in sorted(skew.items())}
+    new[SKEW] = sum(late.values())
+    by_unit[SKEW] = dict(sorted(late.items()))
     return replace(step, causes=new, by_unit=by_unit)
 
 

@@ -138,18 +138,33 @@ def test_exposed_wait_moves_into_skew_and_the_step_still_sums(two_ranks):
     analyses = [analyse(load_trace(p)) for p in sorted((two_ranks / "traces").iterdir())]
     cross = split_collectives(analyses)
     skew = exposed_skew(analyses[0], cross.splits)
-    assert skew[1] == {1: pytest.approx(300e-6)}
+    assert skew[1] == {(1, "all_gather"): pytest.approx(300e-6)}
     assert exposed_skew(analyses[1], cross.splits) == {}
     step = StepAttribution(
         rank=0, step=1, start_us=0.0, step_s=2.5e-3,
         causes={causes.COMPUTE_GEMM_ATTENTION: 1.9e-3, causes.COMM_ALL_GATHER: 5e-4,
                 causes.COMM_REDUCE_SCATTER: 1e-4},
+        by_unit={causes.COMM_ALL_GATHER: {"3": 4e-4, "4": 1e-4}},
     )  # fmt: skip
     moved = with_skew(step, skew[1])
     assert moved.causes[SKEW] == pytest.approx(300e-6)
+    assert moved.causes[causes.COMM_ALL_GATHER] == pytest.approx(200e-6)  # its own kind only
+    assert moved.causes[causes.COMM_REDUCE_SCATTER] == pytest.approx(100e-6)
     assert sum(moved.causes.values()) == pytest.approx(step.step_s)
     assert moved.by_unit[SKEW] == {"rank 1": pytest.approx(300e-6)}
+    assert moved.by_unit[causes.COMM_ALL_GATHER] == {"3": pytest.approx(1.6e-4),
+                                                     "4": pytest.approx(0.4e-4)}  # fmt: skip
     assert with_skew(step, {}) is step
+
+
+def test_skew_never_takes_more_than_its_kind_holds():
+    held = {causes.COMM_ALL_REDUCE: 2e-4, causes.HOST_OTHER: 8e-4}
+    step = StepAttribution(rank=0, step=1, start_us=0.0, step_s=1e-3, causes=held)
+    moved = with_skew(step, {(1, "all_reduce"): 3e-4, (2, "all_reduce"): 1e-4})
+    assert moved.causes[SKEW] == pytest.approx(2e-4)
+    assert moved.causes[causes.COMM_ALL_REDUCE] == 0.0
+    assert moved.by_unit[SKEW] == {"rank 1": pytest.approx(1.5e-4), "rank 2": pytest.approx(0.5e-4)}
+    assert sum(moved.causes.values()) == pytest.approx(step.step_s)
 
 
 def _with_groups(path, groups: dict[int, str]) -> None:
