@@ -27,6 +27,7 @@ from harness.trace.summary import _recorded_on_gpu, find_traces
 from harness.trace.sweep import Tally
 
 _US = 1e-6
+TOP_HOST_OPS = 5
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class StepAttribution:
     step_s: float
     causes: dict[str, float]
     by_unit: dict[str, dict[str, float]] = field(default_factory=dict)
+    # GPU: the outermost CPU operators the host was in while the device waited for it
+    # (host.* time), the largest first, at most TOP_HOST_OPS of them
+    host_ops: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +53,7 @@ class StepAttribution:
             "step_s": self.step_s,
             "causes": dict(self.causes),
             "by_unit": {c: dict(u) for c, u in self.by_unit.items()},
+            "host_ops": dict(self.host_ops),
         }
 
 
@@ -92,6 +97,9 @@ def _steps(trace: Trace, windows: pd.DataFrame, tally: Tally) -> list[StepAttrib
                 step_s=step_s,
                 causes=causes,
                 by_unit=by_unit,
+                host_ops=dict(
+                    sorted(tally.host_ops[i].items(), key=lambda kv: -kv[1])[:TOP_HOST_OPS]
+                ),
             )
         )
     return out

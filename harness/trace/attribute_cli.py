@@ -1,7 +1,7 @@
 """python -m harness.trace attribute <trace file | job dir> [--json]
 
 Prints every rank's profiled steps split into causes: a table per step (cause, ms, % of the
-step), or with --json a list of {rank, step, start_us, step_s, causes, by_unit}.
+step), or with --json a list of {rank, step, start_us, step_s, causes, by_unit, host_ops}.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def step_table(s: StepAttribution) -> str:
         lines.append(
             f"| {cause} | {seconds * 1e3:.3f} | {pct:.1f} | {C.DESCRIPTIONS.get(cause, '')} |"
         )
+    if s.host_ops:
+        ops = ", ".join(f"{name} {sec * 1e3:.3f} ms" for name, sec in s.host_ops.items())
+        lines += ["", f"host busy while the device waited: {ops}"]
     return "\n".join(lines)
 
 

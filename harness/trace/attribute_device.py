@@ -7,7 +7,8 @@ a kernel is comes from the ranges around its launch (`harness.trace.ranges`).
 
 Idle time belongs to the event that ends it, split at that event's launch: before it the
 host had not issued the work (in a device synchronisation, an allocator call, or other
-work on the launching thread), after it the work was queued but waited.
+work on the launching thread; the outermost CPU operators it was in are named), after it
+the work was queued but waited.
 
 An exposed collective that ran longer than its bytes need (`harness.trace.yardstick`) gives
 that much of its exposed time to `comm.slow`: had it run at the yardstick, it would have
@@ -24,6 +25,7 @@ import pandas as pd
 
 from harness.trace import causes as C
 from harness.trace.classify import COMM, COMPUTE, classify
+from harness.trace.host_ops import host_ops_in
 from harness.trace.lanes import GPU_CATEGORIES, on_cpu, where
 from harness.trace.overlap import merge, subtract
 from harness.trace.parse import Trace
@@ -192,6 +194,9 @@ def _attribute_gaps(
     tally.add(w[~known], np.full((~known).sum(), C.UNATTRIBUTED, dtype=object), (g1 - g0)[~known])
     tally.add(w[known], np.full(known.sum(), C.QUEUED, dtype=object), (g1 - split)[known])
     sync_us, alloc_us = _host_calls_in(trace, thread, g0, split)
+    ops = host_ops_in(trace.events, thread, g0, np.where(known, split, g0), w)
+    for wi, name, seconds in ops.itertuples(index=False):
+        tally.host_ops[int(wi)][str(name)] = float(seconds)
     host = np.where(known, split - g0, 0.0)
     other = host - sync_us - alloc_us
     for cause, us in ((C.HOST_SYNC, sync_us), (C.HOST_ALLOCATOR, alloc_us), (C.HOST_OTHER, other)):

@@ -72,6 +72,8 @@ class Tally:
     def __init__(self, n_windows: int) -> None:
         self.causes: list[dict[str, float]] = [{} for _ in range(n_windows)]
         self.units: list[dict[str, dict[str, float]]] = [{} for _ in range(n_windows)]
+        # CPU operator -> seconds the host spent in it while the device waited for it
+        self.host_ops: list[dict[str, float]] = [{} for _ in range(n_windows)]
 
     def add(
         self,

@@ -191,3 +191,10 @@ def test_cli_bad_input_is_one_line_and_nonzero(tmp_path, capsys, content, messag
 def test_cli_job_dir_without_traces(tmp_path, capsys):
     assert main(["attribute", str(tmp_path)]) == 2
     assert "no rank<r>.json[.gz] trace files" in capsys.readouterr().err
+
+
+def test_the_stall_is_named_by_its_cpu_operator(tmp_path):
+    clean, injected = _attributed(tmp_path, "host_stall", 400.0)
+    assert "aten::_local_scalar_dense" not in clean.host_ops
+    assert injected.host_ops["aten::_local_scalar_dense"] == pytest.approx(400e-6)
+    assert next(iter(injected.host_ops)) == "aten::_local_scalar_dense"  # the largest first
