@@ -104,8 +104,11 @@ def _attribute(
     return [step for a in analyses for step in attribute_loaded(a.trace, probe)]
 
 
-def traced_job(job_dir: Path | str, attribute: Attribute | None = None) -> TracedJob:
-    """Read one job's result and traces; raise WhyError naming the job when it cannot."""
+def traced_job(
+    job_dir: Path | str, attribute: Attribute | None = None, rank: int | None = None
+) -> TracedJob:
+    """Read one job's result and traces: each step on its slowest rank, or on `rank`;
+    raise WhyError naming the job when it cannot."""
     job_dir = Path(job_dir)
     result = _read(job_dir)
     analyses = analyse_job(job_dir)
@@ -116,7 +119,12 @@ def traced_job(job_dir: Path | str, attribute: Attribute | None = None) -> Trace
     steps = [with_skew(s, skew.get(s.rank, {}).get(s.step, {})) for s in attributed]
     if not steps:
         raise WhyError(f"{job_dir}: its traces hold no profiled step")
-    slowest = _slowest_steps(steps)
+    if rank is None:
+        slowest = _slowest_steps(steps)
+    else:
+        slowest = sorted((s for s in steps if s.rank == rank), key=lambda s: s.step)
+        if not slowest:
+            raise WhyError(f"{job_dir}: its traces hold no step of rank {rank}")
     mean_causes, mean_units = _mean(slowest)
     return TracedJob(
         job_dir=job_dir,
@@ -209,11 +217,17 @@ def _job_json(j: TracedJob) -> dict[str, Any]:
     }
 
 
-def why(job_a: Path | str, job_b: Path | str, attribute: Attribute | None = None) -> dict:
-    """`compare` of two job directories at one grid point (else WhyError)."""
+def why(
+    job_a: Path | str,
+    job_b: Path | str,
+    attribute: Attribute | None = None,
+    rank: int | None = None,
+) -> dict:
+    """`compare` of two job directories at one grid point (else WhyError), each step read
+    on its slowest rank, or on `rank` in both jobs."""
     check_same_point(job_a, job_b)
-    a, b = traced_job(job_a, attribute), traced_job(job_b, attribute)
-    return compare(a, b)
+    a, b = traced_job(job_a, attribute, rank), traced_job(job_b, attribute, rank)
+    return {**compare(a, b), "rank": rank}
 
 
 def _slowest(job: dict[str, Any]) -> str:
@@ -255,12 +269,13 @@ def why_lines(found: dict[str, Any]) -> list[str]:
     if abs(rest) > 0:
         shown.append(f"{rest:+.4f} s other causes, each under {SHOWN_FRACTION:.1%} of the step")
     timed = found["timed_difference_s"]
+    which = "slowest rank's" if found.get("rank") is None else f"rank {found['rank']}'s"
     lines.append(
-        f"{b['label']} {found['difference_s']:+.4f} s against {a['label']} (traced, slowest "
-        f"rank's step; timed {'n/a' if timed is None else f'{timed:+.4f} s'}): " + "; ".join(shown)
+        f"{b['label']} {found['difference_s']:+.4f} s against {a['label']} (traced, {which} "
+        f"step; timed {'n/a' if timed is None else f'{timed:+.4f} s'}): " + "; ".join(shown)
     )
     for side in (a, b):
-        lines.append(f"  {side['label']}: step {side['step_s']:.4f} s on its slowest rank "
-                     f"({_slowest(side)})")  # fmt: skip
+        lines.append(f"  {side['label']}: step {side['step_s']:.4f} s on "
+                     f"{_slowest(side)}")  # fmt: skip
         lines += [f"    {line}" for line in side["late_arrivals"]]
     return lines

@@ -149,3 +149,14 @@ def test_the_attribution_of_the_traces_themselves(tmp_path):
     assert found["b"]["late_arrivals"][0].startswith(
         "skew: rank 1 arrived late, because compute.gemm_attention (2 collectives, 0.500 ms"
     )
+
+
+def test_one_rank_read_in_both_jobs(pair):
+    fast, slow, attribute = pair
+    found = why(fast, slow, attribute, rank=1)
+    assert found["difference_s"] == pytest.approx(0.6e-3)  # 2.5 - 1.9 ms on rank 1
+    terms = {t["cause"]: t["delta_s"] for t in found["terms"]}
+    assert terms[GEMM] == pytest.approx(0.5e-3) and SKEW not in terms  # rank 1 waited for none
+    assert why_lines(found)[0].startswith("fsdp1 +0.0006 s against yafsdp (traced, rank 1's step")
+    with pytest.raises(WhyError, match="no step of rank 5"):
+        why(fast, slow, attribute, rank=5)
