@@ -1,7 +1,7 @@
 """python -m harness.trace summarize <trace file | job dir> [--units] [--json]
 python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank R] [--step N]
 python -m harness.trace attribute <trace file | job dir> [--json]
-python -m harness.trace why <job A> <job B> [--json]
+python -m harness.trace why <job A> <job B> [--rank R] [--json]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def why(args: argparse.Namespace) -> int:
     from harness.trace.why import why as compare_jobs
 
     try:
-        found = compare_jobs(args.job_a, args.job_b)
+        found = compare_jobs(args.job_a, args.job_b, rank=args.rank)
     except WhyError as e:
         raise TraceError(str(e)) from e
     print(json.dumps(found, indent=2) if args.json else "\n".join(why_lines(found)))
@@ -91,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
     w.add_argument("job_a", help="a job directory (result.json and traces/)")
     w.add_argument("job_b", help="a job directory at the same grid point")
+    w.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="read every step on this rank (default: each step's slowest rank)",
+    )
     w.add_argument("--json", action="store_true", help="print the comparison as JSON")
     w.set_defaults(func=why)
     args = p.parse_args(argv)
