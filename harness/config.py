@@ -43,6 +43,10 @@ class EngineConfig:
 class ProfileConfig:
     steps: int = 2  # profiled steps after the timed ones; 0 turns profiling off
     warmup: int = 1
+    # CUDA only: record the CUDA synchronisation events (stream waits on events, stream and
+    # device syncs), the edges `python -m harness.trace path` needs. On by default; its
+    # overhead on a step is measured by the GPU check, not yet here (no GPU).
+    cuda_sync_events: bool = True
 
 
 @dataclass(kw_only=True)
@@ -125,6 +129,8 @@ FIELDS_ADDED_LATER = {
     "engine.memory_budget_gb": 0.0,
     "fault.where": "",
     "fault.ms": 0.0,
+    # the profiled pass never feeds the timings: an older result stands for a new request
+    "profile.cuda_sync_events": True,
 }
 
 
