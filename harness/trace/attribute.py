@@ -122,8 +122,10 @@ def attribute_trace(path: Path | str, probe: dict[str, Any] | None = None) -> li
 
 
 def _probe(job_dir: Path) -> dict[str, Any] | None:
+    """The job's bandwidth probe (result.json metrics.bandwidth), None where it has none."""
     try:
-        value = json.loads((job_dir / "result.json").read_text()).get("bandwidth")
+        metrics = json.loads((job_dir / "result.json").read_text()).get("metrics") or {}
+        value = metrics.get("bandwidth")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, dict) else None

@@ -102,7 +102,7 @@ def test_job_dir_uses_the_bandwidth_probe(tmp_path):
     plain = attribute_job(job)
     assert all(s.causes[C.COMM_SLOW] == 0 for s in plain)
     probe = {"all_gather": [{"bytes": N * 4, "seconds": 40e-6}]}  # gathers take 80 us
-    (job / "result.json").write_text(json.dumps({"bandwidth": probe}))
+    (job / "result.json").write_text(json.dumps({"metrics": {"bandwidth": probe}}))
     probed = attribute_job(job)
     for a, b in zip(plain, probed, strict=True):
         assert b.causes[C.COMM_SLOW] == pytest.approx(2 * 40e-6)
