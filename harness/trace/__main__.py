@@ -2,6 +2,7 @@
 python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank R] [--step N]
 python -m harness.trace attribute <trace file | job dir> [--json]
 python -m harness.trace why <job A> <job B> [--rank R] [--json]
+python -m harness.trace path <job dir> [--json]
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.job_dir import JobDir
-from harness.trace import attribute_cli
+from harness.trace import attribute_cli, path_cli
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)
     attribute_cli.add_parser(sub)
+    path_cli.add_parser(sub)
     w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
     w.add_argument("job_a", help="a job directory (result.json and traces/)")
     w.add_argument("job_b", help="a job directory at the same grid point")

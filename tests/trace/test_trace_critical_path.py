@@ -1,7 +1,10 @@
 """The critical path on hand-built GPU traces with CUDA sync events (and without them)."""
 
+import json
+
 import pytest
 
+from harness.trace.__main__ import main
 from harness.trace.critical_path import (
     RankGraph,
     critical_path,
@@ -95,3 +98,14 @@ def test_across_ranks_the_path_goes_to_the_rank_that_arrived_last(tmp_path):
     ]
     assert paths[0].segments[2].seconds == pytest.approx(250e-6)
     assert paths[0].path_s == pytest.approx(380e-6)  # 80 + 50 transfer + 250
+
+
+def test_cli_prints_each_steps_path(tmp_path, capsys):
+    write_sync_trace(tmp_path / "traces/rank0.json", give_way_ops(), (0.0, 610.0))
+    assert main(["path", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("rank 0 step 1: the critical path covers 100.0% of the step")
+    assert "<- stream wait" in out
+    assert main(["path", str(tmp_path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["agrees"] and row["path_s"] == pytest.approx(580e-6)
