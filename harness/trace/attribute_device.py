@@ -71,10 +71,7 @@ def _device_events(trace: Trace, probe: dict[str, Any] | None) -> pd.DataFrame:
     names = events["name"].to_numpy()[device]
     launch, thread = device_launches(events, device)
     ranges = Ranges(events)
-    roles = ranges.role_of(ranges.innermost(thread, np.nan_to_num(launch, nan=-np.inf)))
-    role = np.array([r.role if r else "" for r in roles], dtype=object)
-    kind = np.array([r.kind if r else "" for r in roles], dtype=object)
-    unit = np.array([r.unit if r and r.role == ENGINE else "" for r in roles], dtype=object)
+    role, kind, unit = ranges.columns(ranges.innermost(thread, np.nan_to_num(launch, nan=-np.inf)))
     label = labels[device]
     gemm = where(events["name"], lambda s: s.str.contains(GEMM_KERNEL))[device]
     cause = np.where(gemm, C.COMPUTE_GEMM_ATTENTION, C.COMPUTE_OTHER).astype(object)

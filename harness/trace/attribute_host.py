@@ -78,9 +78,7 @@ def attribute_host(trace: Trace, windows: pd.DataFrame) -> Tally:
     k = np.searchsorted(api_iv.start, seg.mid, side="right") - 1
     in_api = (k >= 0) & (seg.mid < api_iv.end[np.clip(k, 0, None)])
     thread = np.full(seg.start.size, main_id[0] if main_id.size else -2)
-    context = ranges.role_of(ranges.innermost(thread, seg.mid))
-    role = np.array([r.role if r else "" for r in context], dtype=object)
-    role_unit = np.array([r.unit if r and r.role == ENGINE else "" for r in context], dtype=object)
+    role, _, role_unit = ranges.columns(ranges.innermost(thread, seg.mid))
 
     cause = np.full(seg.start.size, C.HOST_OTHER, dtype=object)
     unit = np.full(seg.start.size, "", dtype=object)

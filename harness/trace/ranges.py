@@ -110,3 +110,13 @@ class Ranges:
 
     def role_of(self, index: np.ndarray) -> list[Role | None]:
         return [self.roles[i] if i >= 0 else None for i in index]
+
+    def columns(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(role, kind, unit) of the ranges at `index` as arrays, '' where index is -1; the
+        unit only of the engine's ranges (the model's name units too, but its work is its own)."""
+        none = Role("", "", "")
+        table = [*self.roles, none]  # index -1 reads the last row
+        role = np.array([r.role for r in table], dtype=object)
+        kind = np.array([r.kind for r in table], dtype=object)
+        unit = np.array([r.unit if r.role == ENGINE else "" for r in table], dtype=object)
+        return role[index], kind[index], unit[index]
