@@ -29,9 +29,9 @@ Measured = dict[tuple[str, str], dict[str, Any]]  # (yafsdp job, baseline job) -
 _HOST = (C.HOST_SYNC, C.HOST_ALLOCATOR, C.HOST_OTHER)
 _COMPUTE = (C.COMPUTE_GEMM_ATTENTION, C.COMPUTE_OTHER)
 
-# planner term -> the measured causes it predicts
-PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
-    # the compute stream's breakdown (harness.plan.timing.compute_stream_breakdown)
+# The planner's terms -> the measured causes each predicts: first the parts of its
+# breakdown (harness.plan.timing.compute_stream_breakdown), which sum to its step
+BREAKDOWN_CAUSES: dict[str, tuple[str, ...]] = {
     "compute": _COMPUTE,
     "overlap slowdown": _COMPUTE,  # compute kernels made longer by overlapping work
     "optimizer": (C.OPTIMIZER,),
@@ -47,8 +47,11 @@ PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
     "fsdp2_copy_in_out": (C.ENGINE,),
     "yafsdp_buffers": (C.ENGINE,),
     "local_grad_cast": (C.ENGINE,),
-    "launch_overhead": _HOST,  # also a mechanism
-    # mechanisms (harness.plan.mechanisms) not named above
+    "launch_overhead": _HOST,
+}
+# ... then its mechanisms (harness.plan.mechanisms), each priced on its own
+PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
+    **BREAKDOWN_CAUSES,
     "rate_limiter": (C.HOST_SYNC,),  # FSDP1 blocks the host on an event
     "nccl_sm_contention": _COMPUTE,
     "side_stream_sharing": _COMPUTE,
@@ -117,7 +120,7 @@ def pair_table(
     terms = sorted({*(mine or {}).get("breakdown", {}), *(theirs or {}).get("breakdown", {})})
     header = ["cause", "measured (s)", "predicted (s)", "planner's terms"]
     table = []
-    for planner_terms, causes in cause_rows(terms or list(PLANNER_CAUSES)):
+    for planner_terms, causes in cause_rows(terms or list(BREAKDOWN_CAUSES)):
         delta = sum(measured.get(c, 0.0) for c in causes)
         ours = _predicted(theirs, planner_terms)
         base = _predicted(mine, planner_terms)
