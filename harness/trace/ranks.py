@@ -189,6 +189,13 @@ def split_collectives(analyses: list[Analysis]) -> CrossRank:
     matched, unmatched = match({r: instances(a) for r, a in by_rank.items()})
     offsets = clock_offsets(matched, sorted(by_rank))
     warnings = []
+    world = max(int((a.trace.metadata.get("distributedInfo") or {}).get("world_size", 0) or 0)
+                for a in analyses)  # fmt: skip
+    if world > len(by_rank):
+        warnings.append(
+            f"only {len(by_rank)} of {world} ranks traced: a late rank named is the latest "
+            "of those traced, and a wait may be for a rank not traced"
+        )
     if unmatched:
         warnings.append(
             f"{unmatched} collective instance(s) not found on every rank with one kind; "

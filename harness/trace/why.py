@@ -67,6 +67,7 @@ class TracedJob:
     by_unit: dict[str, dict[str, float]]
     slowest_ranks: dict[int, int]  # rank -> how many steps it was the slowest in
     late: list[str]  # the late arrivals at collectives, one line each
+    notes: list[str]  # what the cross-rank split had to do without
 
 
 def _slowest_steps(steps: list[StepAttribution]) -> list[StepAttribution]:
@@ -136,6 +137,7 @@ def traced_job(
         by_unit=mean_units,
         slowest_ranks=dict(Counter(s.rank for s in slowest)),
         late=late_arrivals(cross),
+        notes=cross.warnings,
     )
 
 
@@ -214,6 +216,7 @@ def _job_json(j: TracedJob) -> dict[str, Any]:
         "slowest_ranks": {str(r): n for r, n in sorted(j.slowest_ranks.items())},
         "causes": j.causes,
         "late_arrivals": j.late,
+        "notes": j.notes,
     }
 
 
@@ -278,4 +281,5 @@ def why_lines(found: dict[str, Any]) -> list[str]:
         lines.append(f"  {side['label']}: step {side['step_s']:.4f} s on "
                      f"{_slowest(side)}")  # fmt: skip
         lines += [f"    {line}" for line in side["late_arrivals"]]
+        lines += [f"    note: {line}" for line in side.get("notes", [])]
     return lines

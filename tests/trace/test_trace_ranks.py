@@ -193,3 +193,11 @@ def test_recorded_process_groups_match_whatever_the_streams_first_use(tmp_path):
     assert lanes[(1, "group 1")].late_rank == 1
     assert lanes[(1, "group 2")].wait_s == pytest.approx(550e-6)
     assert lanes[(0, "group 2")].late_rank == 0
+
+
+def test_a_partial_set_of_ranks_is_said(tmp_path):
+    for r in (0, 1):
+        write_gpu_trace(tmp_path / f"traces/rank{r}.json", _rank_kernels(1, 0.0, 1000, 20),
+                        rank=r, world_size=8)  # fmt: skip
+    (warning,) = job_cross_rank(tmp_path).warnings
+    assert warning.startswith("only 2 of 8 ranks traced")
