@@ -43,6 +43,10 @@ class EngineConfig:
 class ProfileConfig:
     steps: int = 2  # profiled steps after the timed ones; 0 turns profiling off
     warmup: int = 1
+    # CUDA only: record the CUDA synchronisation events (stream waits on events, stream and
+    # device syncs), the edges `python -m harness.trace path` needs. On by default; its
+    # overhead on a step is measured by the GPU check, not yet here (no GPU).
+    cuda_sync_events: bool = True
 
 
 @dataclass(kw_only=True)
@@ -104,14 +108,18 @@ class DeviceSpec:
 
 @dataclass(kw_only=True)
 class FaultConfig:
-    """A deliberate failure for testing: kind none|raise|hang|oom|kill on `rank` at `step`."""
+    """A deliberate failure for testing: kind none|crash|hang|oom|kill on `rank` at `step`;
+    or kind delay: `rank` sleeps `ms` inside engine range `where`, once a step from `step` on
+    (`harness.fault_delay`)."""
 
     kind: str = "none"
     rank: int = 0
     step: int = 1
+    where: str = ""
+    ms: float = 0.0
 
 
-FAULT_KINDS = ("none", "crash", "hang", "oom", "kill")
+FAULT_KINDS = ("none", "crash", "hang", "oom", "kill", "delay")
 
 
 @dataclass(kw_only=True)

@@ -19,6 +19,7 @@ from harness.config import (
     JobConfig,
 )
 from harness.engines.registry import ADAPTER_NAMES
+from harness.fault_delay import delay_errors
 from harness.models.shapes import (
     HF_CONFIG_PREFIX,
     MODEL_SHAPES,
@@ -98,6 +99,8 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
         errors.append(
             f"fault.kind={cfg.fault.kind!r} is unknown; choose one of: {', '.join(FAULT_KINDS)}"
         )
+    else:
+        errors.extend(delay_errors(cfg.fault, cfg.engine.name))
     for field in ("gpus", "seq_len", "micro_batch", "grad_accum", "steps", "gpus_per_node"):
         if getattr(cfg, field) < 1:
             errors.append(f"{field}={getattr(cfg, field)} must be at least 1")

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from harness.results.grid_point import POINT_COLUMNS as POINT
+from harness.jobdir.grid_point import POINT_COLUMNS as POINT
 from harness.results.table import read_results_csv, write_results_csv
 
 

@@ -24,11 +24,11 @@ from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
+from harness.jobdir.grid_point import POINT_COLUMNS, GridPoint
 from harness.models.init_weights import canonical_name
 from harness.models.shapes import ModelShape, get_shape
 from harness.placement import DTYPES, synchronize
 from harness.rank.memory_peaks import cuda_memory_outside_allocator
-from harness.results.grid_point import POINT_COLUMNS, GridPoint
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 EXPERIMENT = SWEEPS / "experiment" / "yafsdp_readme.yaml"

@@ -16,7 +16,14 @@ from harness.jobdir.result import CorruptResultError, Result
 
 # Fields added after results were first recorded, with the value those results ran with:
 # an older result.json without the field is read as having it (resume, the report).
-FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
+FIELDS_ADDED_LATER = {
+    "model_impl": "native",
+    "engine.memory_budget_gb": 0.0,
+    "fault.where": "",
+    "fault.ms": 0.0,
+    # the profiled pass never feeds the timings: an older result stands for a new request
+    "profile.cuda_sync_events": True,
+}
 
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
 # a stored result's config with the requested one, and the report never tells jobs apart by

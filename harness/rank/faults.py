@@ -7,6 +7,7 @@ import signal
 import time
 
 from harness.config import FaultConfig
+from harness.fault_delay import arm_delay
 
 
 class InjectedCrash(RuntimeError):
@@ -14,6 +15,7 @@ class InjectedCrash(RuntimeError):
 
 
 def maybe_inject(fault: FaultConfig, *, rank: int, step: int) -> None:
+    arm_delay(fault, rank=rank, step=step)
     if fault.kind == "none" or rank != fault.rank or step != fault.step:
         return
     if fault.kind == "crash":

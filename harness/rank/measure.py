@@ -217,8 +217,10 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
         rank=session.rank,
         world_size=session.world_size,
         use_cuda=session.device.type == "cuda",
+        cuda_sync_events=cfg.profile.cuda_sync_events,
     )
     # Summaries are computed offline from the trace files (harness.results.table), never here:
     # summarising every rank's trace would keep the other ranks waiting in a collective.
     paths = [trace_path(job_dir, r) for r in range(session.world_size)]
-    return {"traces": [str(p.relative_to(job_dir)) for p in paths]}
+    sync_events = session.device.type == "cuda" and cfg.profile.cuda_sync_events
+    return {"traces": [str(p.relative_to(job_dir)) for p in paths], "cuda_sync_events": sync_events}

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile, schedule
 
 from harness.jobdir.paths import JobDir
 
@@ -35,10 +35,12 @@ def capture_profile(
     rank: int,
     world_size: int,
     use_cuda: bool,
+    cuda_sync_events: bool = False,
 ) -> Path | None:
     """Run `warmup` + `steps` calls of run_step(i) under the profiler; record the last `steps`.
 
     run_step must finish its step's device work (synchronise) before returning.
+    `cuda_sync_events` (CUDA only) also records stream waits and synchronisations.
     Returns the trace path, or None when steps == 0.
     """
     if steps <= 0:
@@ -55,6 +57,9 @@ def capture_profile(
         record_shapes=False,
         with_stack=False,
         profile_memory=False,
+        experimental_config=_ExperimentalConfig(enable_cuda_sync_events=True)
+        if use_cuda and cuda_sync_events
+        else None,
     ) as prof:
         for i in range(max(warmup, 0) + steps):
             run_step(i)

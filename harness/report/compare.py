@@ -15,10 +15,10 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
+from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint
 from harness.jobdir.recorded_config import is_neutral
 from harness.jobdir.result import Metrics, typed_fields
 from harness.models.shapes import MODEL_SHAPES
-from harness.results.grid_point import MATCH_COLUMNS, GridPoint
 from harness.results.table import CONFIG_PREFIX
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.jobdir.grid_point import GridPoint  # noqa: E402
 from harness.report.compare import (  # noqa: E402
     Speedup,
     engine_rank,
@@ -19,7 +20,6 @@ from harness.report.compare import (  # noqa: E402
     model_display,
     sort_jobs,
 )
-from harness.results.grid_point import GridPoint  # noqa: E402
 
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.jobdir.grid_point import Setting
 from harness.report.compare import (
     BASELINES,
     LossParity,
@@ -19,7 +20,6 @@ from harness.report.compare import (
     sort_jobs,
     speedups,
 )
-from harness.results.grid_point import Setting
 
 
 @dataclass

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint, Setting
 from harness.report import figures
 from harness.report.compare import sort_jobs, value, with_variants
 from harness.report.jobs import ReportJobs
+from harness.report.measured import Measured, measured_comparisons
 from harness.report.pictures import (
     Pictures,
     Timeline,
@@ -23,7 +25,6 @@ from harness.report.pictures import (
     sweep_timeline_caption,
 )
 from harness.report.sections import render_markdown
-from harness.results.grid_point import MATCH_COLUMNS, GridPoint, Setting
 from harness.results.table import collect_results, to_csv
 from harness.results.timelines import TIMELINE_DIR, sweep_timelines
 
@@ -64,11 +65,20 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
         memory=_draw_memory(report, out_dir),
         timelines=_copy_timelines(report, out_dir),
     )
-    text = render_markdown(report, pictures)
+    text = render_markdown(report, pictures, _measure(report))
     to_csv(df.drop(columns=["job_label"], errors="ignore"), out_dir / "results.csv")
     path = out_dir / REPORT_FILE
     path.write_text(text)
     return path
+
+
+def _measure(report: ReportJobs) -> Measured:
+    """Every speedup row's jobs compared on their traces (`harness.trace why`)."""
+    found: Measured = {}
+    for baseline in report.baselines():
+        for _, rows in report.speedup_tables(baseline):
+            found.update(measured_comparisons(rows))
+    return found
 
 
 def _draw_speedups(report: ReportJobs, out_dir: Path) -> dict[tuple[str, Setting], str]:

@@ -24,6 +24,7 @@ from harness.report.compare import (
 from harness.report.engine_setup import engine_setup_table
 from harness.report.jobs import ReportJobs
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
+from harness.report.measured import Measured, measured_block
 from harness.report.pictures import Pictures, timelines
 from harness.report.tables import (
     FLAG,
@@ -93,7 +94,11 @@ def on_cpu(df: pd.DataFrame) -> bool:
     )
 
 
-def published_tables(r: ReportJobs, pictures: Pictures) -> list[str]:
+def published_tables(
+    r: ReportJobs, pictures: Pictures, measured: Measured | None = None
+) -> list[str]:
+    """The speedup tables; under each, why: predicted, and `measured` from the traces
+    (`harness.report.measured`; None: not looked at, so no measured block)."""
     blocks = ["## Speedup tables (the YaFSDP README's format)"]
     df = r.jobs
     present = r.baselines()
@@ -120,6 +125,8 @@ def published_tables(r: ReportJobs, pictures: Pictures) -> list[str]:
             if link:
                 blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
             blocks += why_block(rows, baseline)
+            if measured is not None:
+                blocks += measured_block(rows, baseline, measured, predicted_terms)
     return blocks
 
 
@@ -326,11 +333,11 @@ def environment(r: ReportJobs) -> list[str]:
     return blocks
 
 
-def render_markdown(r: ReportJobs, pictures: Pictures) -> str:
+def render_markdown(r: ReportJobs, pictures: Pictures, measured: Measured | None = None) -> str:
     """report.md's text: every section in order, blocks separated by a blank line."""
     blocks = [
         *header(r),
-        *published_tables(r, pictures),
+        *published_tables(r, pictures, measured),
         *engine_setup(r),
         *timing(r),
         *memory(r, pictures),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from harness.jobdir.grid_point import GridPoint
 from harness.report.compare import (
     MISSING,
     STATUS_CELL,
@@ -27,7 +28,6 @@ from harness.report.compare import (
 )
 from harness.report.figures import primary_memory
 from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
-from harness.results.grid_point import GridPoint
 from harness.results.table import PROFILE_PREFIX
 
 PUBLISHED_HEADER = [

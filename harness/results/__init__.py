@@ -1,1 +1,1 @@
-"""A sweep's results: its table (results.csv), its grid points, its timeline index."""
+"""A sweep's results: its table (results.csv) and its timeline index."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.jobdir.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 from harness.jobdir.paths import RESULT_FILE
 from harness.jobdir.recorded_config import engine_of, recorded_config
 from harness.jobdir.result import (
@@ -38,7 +39,6 @@ from harness.jobdir.result import (
     read_result,
     typed_fields,
 )
-from harness.results.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
 from harness.trace.cache import job_profiles
 from harness.trace.summary import find_traces
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint
 from harness.jobdir.result import write_json_atomic
-from harness.results.grid_point import MATCH_COLUMNS, GridPoint
 from harness.trace.parse import TraceError
 from harness.trace.timeline import plot_timeline
 

@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.jobdir.grid_point import POINT_COLUMNS
 from harness.jobdir.paths import JobDir
 from harness.jobdir.phase import read_phase
 from harness.jobdir.result import Result
-from harness.results.grid_point import POINT_COLUMNS
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
 LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "point"})

@@ -1,5 +1,8 @@
 """python -m harness.trace summarize <trace file | job dir> [--units] [--json]
 python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank R] [--step N]
+python -m harness.trace attribute <trace file | job dir> [--json]
+python -m harness.trace why <job A> <job B> [--rank R] [--json]
+python -m harness.trace path <job dir> [--json]
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.jobdir.paths import JobDir
+from harness.trace import attribute_cli, path_cli
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline
@@ -58,6 +62,18 @@ def timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def why(args: argparse.Namespace) -> int:
+    from harness.trace.why import WhyError, why_lines
+    from harness.trace.why import why as compare_jobs
+
+    try:
+        found = compare_jobs(args.job_a, args.job_b, rank=args.rank)
+    except WhyError as e:
+        raise TraceError(str(e)) from e
+    print(json.dumps(found, indent=2) if args.json else "\n".join(why_lines(found)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.trace", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -72,6 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rank", type=int, default=0)
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)
+    attribute_cli.add_parser(sub)
+    path_cli.add_parser(sub)
+    w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
+    w.add_argument("job_a", help="a job directory (result.json and traces/)")
+    w.add_argument("job_b", help="a job directory at the same grid point")
+    w.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="read every step on this rank (default: each step's slowest rank)",
+    )
+    w.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    w.set_defaults(func=why)
     args = p.parse_args(argv)
     try:
         return args.func(args)

@@ -253,11 +253,7 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     ann_idx = np.flatnonzero((on_main if kind == "cpu" else cpu) & is_unit)
     if ann_idx.size == 0:
         return pd.DataFrame(columns=UNIT_COLUMNS)
-    comm_idx = np.flatnonzero(classify(events, kind) == COMM)
-    if kind == "gpu":
-        issue_time, issue_thread = _launch_issues(events, comm_idx, cpu, thread)
-    else:
-        issue_time, issue_thread = _call_issues(events, comm_idx, on_main, thread)
+    comm_idx, issue_time, issue_thread = collective_issue(events, kind, classify(events, kind))
     per_call = _per_annotation(events, ann_idx, thread, comm_idx, issue_time, issue_thread, busy)
     table = per_call.groupby("annotation", sort=False).agg(
         calls=("span_s", "size"),
@@ -271,6 +267,24 @@ def unit_table(events: pd.DataFrame, busy: Busy) -> pd.DataFrame:
     table["kind"] = [k[0] for k in kinds]
     table["unit"] = [k[1] for k in kinds]
     return table[UNIT_COLUMNS]
+
+
+def collective_issue(
+    events: pd.DataFrame, kind: TraceKind, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indices of the communication events, when each was issued, by which CPU thread);
+    NaN / -1 where unknown. GPU: the launch linked by correlation id. CPU: gloo runs
+    collectives in the order they were issued, so the k-th `gloo:*` span is matched to
+    the k-th collective call on the main thread that started before it."""
+    cpu = on_cpu(events)
+    thread = _thread_ids(events)
+    comm_idx = np.flatnonzero(labels == COMM)
+    if kind == "gpu":
+        issue_time, issue_thread = _launch_issues(events, comm_idx, cpu, thread)
+    else:
+        on_main = on_thread(events, main_thread(events, cpu))
+        issue_time, issue_thread = _call_issues(events, comm_idx, on_main, thread)
+    return comm_idx, issue_time, issue_thread
 
 
 def _thread_ids(events: pd.DataFrame) -> np.ndarray:

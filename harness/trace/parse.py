@@ -11,6 +11,10 @@ Columns of `Trace.events` (one row per complete "X" event, times in microseconds
     correlation           int64, links a GPU kernel to its CPU launch, -1 when absent
     step                  int64, the ProfilerStep#N the event belongs to, -1 when outside
 
+`Trace.collectives` holds, for each event whose args describe a collective (Kineto copies
+them onto NCCL kernels: "Collective name", "In msg nelems", ...), its row in `events` and
+those fields, so a collective's bytes and process group are known without the raw args.
+
 Complete events of a category this parser does not know (a newer or older Kineto) are left
 out of the table and counted in `Trace.ignored`, so a summary can say what it skipped.
 """
@@ -62,6 +66,11 @@ KNOWN_CATEGORIES = frozenset(
 )
 
 
+COLLECTIVE_COLUMNS = [
+    "row", "collective", "in_nelems", "out_nelems", "dtype", "group", "group_size", "seq",
+]  # fmt: skip
+
+
 class TraceError(ValueError):
     """A trace file that cannot be used (missing, empty, truncated, not a Chrome trace)."""
 
@@ -73,6 +82,9 @@ class Trace:
     events: pd.DataFrame
     thread_names: dict[tuple[str, str], str] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)  # unknown category -> events
+    collectives: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    )
 
     @property
     def rank(self) -> int | None:
@@ -159,6 +171,7 @@ class _Columns:
         self.correlation = array("q")
         self.thread_names: dict[tuple[str, str], str] = {}
         self.ignored: dict[str, int] = {}
+        self.collectives: list[tuple[Any, ...]] = []
 
     def add(self, e: Any) -> None:
         if not isinstance(e, dict):
@@ -189,11 +202,34 @@ class _Columns:
             self.stream.append(stream if isinstance(stream, int) else -1)
             corr = args.get("correlation", -1)
             self.correlation.append(corr if isinstance(corr, int) else -1)
+            if "Collective name" in args:
+                self._add_collective(args)
         elif ph == "M" and e.get("name") == "thread_name":
             name = (e.get("args") or {}).get("name")
             if isinstance(name, str):
                 # torch may name a thread twice; the first name is the specific one
                 self.thread_names.setdefault((str(e.get("pid")), str(e.get("tid"))), name)
+
+    def _add_collective(self, args: dict[str, Any]) -> None:
+        def count(key: str) -> int:
+            value = args.get(key, -1)
+            return value if isinstance(value, int) else -1
+
+        self.collectives.append(
+            (
+                len(self.ts) - 1,
+                str(args.get("Collective name", "")),
+                count("In msg nelems"),
+                count("Out msg nelems"),
+                str(args.get("dtype", "")),
+                str(args.get("Process Group Name", "")),
+                count("Group size"),
+                count("Seq"),
+            )
+        )
+
+    def collective_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.collectives, columns=COLLECTIVE_COLUMNS)
 
     def _categorical(self, column: str) -> pd.Categorical:
         # ids may be ints or strings (pid 0 and "Spans"); the table holds them as strings
@@ -320,4 +356,5 @@ def load_trace(path: Path | str) -> Trace:
         events=events,
         thread_names=cols.thread_names,
         ignored=cols.ignored,
+        collectives=cols.collective_frame(),
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from harness.gpucheck.suite_c import reduced_points
-from harness.results.grid_point import GridPoint
+from harness.jobdir.grid_point import GridPoint
 
 POINTS = Path(__file__).resolve().parents[2] / "sweeps" / "point"
 

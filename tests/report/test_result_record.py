@@ -6,8 +6,8 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from harness.jobdir.grid_point import GridPoint
 from harness.jobdir.result import Metrics, make_result, read_result, write_result
-from harness.results.grid_point import GridPoint
 from harness.results.table import JSON_METRICS, METRIC_COLUMNS
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sweep_fixtures import write_job
 
+from harness.jobdir.grid_point import GridPoint
 from harness.report import build_report
-from harness.results.grid_point import GridPoint
 from harness.results.timelines import TIMELINE_DIR, write_timeline_index
 
 EVERY_ENGINE = "every engine, one profiled step on the same time scale"

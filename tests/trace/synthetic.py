@@ -7,6 +7,12 @@ cudaLaunchKernel per kernel (linked by correlation id), and `distributedInfo`.
 Today's CUDA layout can be asked for: a kernel may be launched at a given time from
 autograd's device thread (`pt_autograd_0`, where backward runs) inside an engine
 annotation, and `gpu_step_copies` adds Kineto's GPU-lane copy of every ProfilerStep#N.
+
+As Kineto writes them, each launch is linked to its kernel by a flow event pair (`ac2g`,
+`s` at the launch, `f` at the kernel), and an NCCL kernel given `nelems` carries the
+collective's args ("Collective name", "In msg nelems", "dtype", "Process Group Name", ...).
+Any other CPU event (runtime calls such as cudaDeviceSynchronize or cudaMalloc, engine or
+optimizer ranges, operators) is given as a `Span`.
 """
 
 from __future__ import annotations
@@ -33,10 +39,37 @@ class Kernel(NamedTuple):
     launch: float | None = None  # CPU launch time; None: spaced before the step's kernels
     tid: int = CPU_TID  # the launching thread (AUTOGRAD_TID for backward)
     annotation: str = ""  # an engine annotation around the launch, e.g. yafsdp.reduce_scatter.unit0
+    nelems: int = 0  # an NCCL kernel's element count (float32), written as Kineto's args
+
+
+class Span(NamedTuple):
+    """A CPU event written as given: a runtime call, a range, an operator."""
+
+    name: str
+    start: float
+    dur: float
+    cat: str = "cuda_runtime"  # or user_annotation, cpu_op
+    tid: int = CPU_TID
 
 
 def nccl(step: int, stream: int, start: float, dur: float, **kw: Any) -> Kernel:
     return Kernel(step, stream, start, dur, NCCL_KERNEL, **kw)
+
+
+def _collective_args(k: Kernel, world: int) -> dict[str, Any]:
+    """Kineto's args of an NCCL kernel; `nelems` counts the unsharded elements."""
+    if k.nelems <= 0 or not k.name.startswith("nccl"):
+        return {}
+    name = k.name.split("_")[1].lower()  # ncclDevKernel_AllGather_... -> allgather
+    shard = k.nelems // world
+    counts = {"allgather": (shard, k.nelems), "reducescatter": (k.nelems, shard)}
+    n_in, n_out = counts.get(name, (k.nelems, k.nelems))
+    return {
+        "Collective name": name, "In msg nelems": n_in, "Out msg nelems": n_out,
+        "Group size": world, "dtype": "Float", "In split size": "[]", "Out split size": "[]",
+        "Process Group Name": "0", "Process Group Description": "default_pg",
+        "Process Group Ranks": str(list(range(world))),
+    }  # fmt: skip
 
 
 def _category(name: str) -> str:
@@ -44,7 +77,10 @@ def _category(name: str) -> str:
 
 
 def _events(
-    kernels: Sequence[Kernel], first_correlation: int = 1, gpu_step_copies: bool = False
+    kernels: Sequence[Kernel],
+    first_correlation: int = 1,
+    gpu_step_copies: bool = False,
+    world: int = 1,
 ) -> Iterator[dict[str, Any]]:
     by_step: dict[int, list[Kernel]] = {}
     for k in kernels:
@@ -85,10 +121,18 @@ def _events(
                 "args": {"correlation": corr, "cbid": 211},
             }  # fmt: skip
             yield {
+                "ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": CPU_PID, "tid": k.tid,
+                "ts": launch,
+            }  # fmt: skip
+            yield {
                 "ph": "X", "cat": _category(k.name), "name": k.name, "pid": DEVICE, "tid": k.stream,
                 "ts": k.start, "dur": k.dur,
                 "args": {"device": DEVICE, "stream": k.stream, "correlation": corr,
-                         "grid": [1, 1, 1], "block": [128, 1, 1]},
+                         "grid": [1, 1, 1], "block": [128, 1, 1], **_collective_args(k, world)},
+            }  # fmt: skip
+            yield {
+                "ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": DEVICE,
+                "tid": k.stream, "ts": k.start, "bp": "e",
             }  # fmt: skip
             corr += 1
 
@@ -116,6 +160,14 @@ def _open(path: Path) -> IO[str]:
     return gzip.open(path, "wt") if path.suffix == ".gz" else open(path, "w")
 
 
+def _span_events(spans: Sequence[Span]) -> Iterator[dict[str, Any]]:
+    for sp in spans:
+        yield {
+            "ph": "X", "cat": sp.cat, "name": sp.name, "pid": CPU_PID, "tid": sp.tid,
+            "ts": sp.start, "dur": sp.dur, "args": {},
+        }  # fmt: skip
+
+
 def write_gpu_trace(
     path: Path | str,
     kernels: Sequence[Kernel],
@@ -123,24 +175,35 @@ def write_gpu_trace(
     rank: int = 0,
     world_size: int = 1,
     gpu_step_copies: bool = False,
+    spans: Sequence[Span] = (),
 ) -> Path:
     path = Path(path)
+    events = _events(kernels, gpu_step_copies=gpu_step_copies, world=world_size)
     with _open(path) as fh:
-        _write(fh, [_events(kernels, gpu_step_copies=gpu_step_copies)], rank, world_size)
+        _write(fh, [events, _span_events(spans)], rank, world_size)
     return path
 
 
 def write_large_gpu_trace(
-    path: Path | str, *, target_bytes: int, rank: int = 0, kernels_per_step: int = 2000
+    path: Path | str,
+    *,
+    target_bytes: int,
+    rank: int = 0,
+    kernels_per_step: int = 2000,
+    nelems: int = 0,
 ) -> Path:
     """A many-step trace of at least target_bytes (uncompressed): each step runs compute on
-    stream 7 and, half overlapped, NCCL on stream 20. Written incrementally."""
+    stream 7 and, half overlapped, NCCL on stream 20 (with collective args when `nelems`).
+    Written incrementally."""
     path = Path(path)
 
     def step_kernels(step: int) -> list[Kernel]:
         t0 = step * kernels_per_step * 12.0
         ks = [Kernel(step, 7, t0 + 10.0 * i, 9.0) for i in range(kernels_per_step)]
-        ks += [nccl(step, 20, t0 + 20.0 * i + 5.0, 10.0) for i in range(kernels_per_step // 4)]
+        ks += [
+            nccl(step, 20, t0 + 20.0 * i + 5.0, 10.0, nelems=nelems)
+            for i in range(kernels_per_step // 4)
+        ]
         return ks
 
     class Counting:

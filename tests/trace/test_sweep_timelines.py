@@ -9,7 +9,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from harness.results.grid_point import GridPoint
+from harness.jobdir.grid_point import GridPoint
 from harness.results.table import collect_results
 from harness.results.timelines import (
     TIMELINE_DIR,

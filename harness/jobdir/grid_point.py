@@ -1,5 +1,7 @@
 """What identifies a grid point, the one definition every part of the harness uses: the
-results table, the report's comparisons and figures, and the sweep's timeline pictures.
+results table, the report's comparisons and figures, the sweep's timeline pictures, and the
+trace tools' comparison of two jobs. It is read from a job's recorded config, so it lives
+with the job directory's files, below both the results and the trace tools.
 
 Matched jobs share a grid point (model, gpus, seq_len, ckpt_layers) and a setting (how
 they trained); they differ in their engine. No pandas, no torch.
