@@ -16,7 +16,7 @@ from yafsdp_impl.annotation_names import COLLECTIVES
 from yafsdp_impl.buffers import Buffers, bind_views
 from yafsdp_impl.hooks import register_unit_hooks
 from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl.plan import BufferPlan, PlanChoice, choose_for_budget, choose_plan, engine_bytes
+from yafsdp_impl.plan import BufferPlan, PlanChoice, plan_buffers
 from yafsdp_impl.schedule import Schedule
 
 
@@ -93,21 +93,10 @@ class YaFSDP:
         native_reduce_scatter = comm.native_reduce_scatter
         param_bytes = torch.empty(0, dtype=param_dtype).element_size()
         reduce_bytes = torch.empty(0, dtype=reduce_dtype).element_size()
-        if buffer_plan == "auto":
-            self.plan_choice: PlanChoice = choose_for_budget(
-                self.layout, memory_budget_bytes, param_bytes=param_bytes,
-                reduce_bytes=reduce_bytes, native=native_reduce_scatter,
-            )  # fmt: skip
-        else:
-            plan = choose_plan(
-                self.layout, buffer_plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
-                world_size=self.world_size,
-            )  # fmt: skip
-            size = engine_bytes(
-                self.layout, plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
-                native=native_reduce_scatter,
-            )  # fmt: skip
-            self.plan_choice = PlanChoice(plan, None, memory_budget_bytes, size, None)
+        self.plan_choice: PlanChoice = plan_buffers(
+            self.layout, buffer_plan, memory_budget_bytes, param_bytes=param_bytes,
+            reduce_bytes=reduce_bytes, native_reduce_scatter=native_reduce_scatter,
+        )  # fmt: skip
         self.buffer_plan: BufferPlan = self.plan_choice.plan
         self.buffers = Buffers(
             self.layout,
