@@ -218,9 +218,7 @@ def yafsdp_layout(
 
     from harness.models.build import decoder_parts
     from harness.placement import DTYPES
-    from yafsdp_impl.buffers import Buffers
-    from yafsdp_impl.layout import build_layout
-    from yafsdp_impl.plan import plan_buffers
+    from yafsdp_impl import Buffers, build_layout, plan_buffers
 
     m = _meta_model(model)
     parts = decoder_parts(m)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from yafsdp_impl.layout import Layout
+from yafsdp_impl._layout import Layout
 
 PLANS = ("auto", "min_bytes", "alternating", "ends_shared", "separate_ends")
 

@@ -11,13 +11,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from yafsdp_impl import collectives, state_dict
+from yafsdp_impl import _collectives, _state_dict
+from yafsdp_impl._buffers import Buffers, bind_views
+from yafsdp_impl._hooks import register_unit_hooks
+from yafsdp_impl._layout import build_layout, copy_into_shard, frozen_param
+from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers
+from yafsdp_impl._schedule import Schedule
 from yafsdp_impl.annotation_names import COLLECTIVES
-from yafsdp_impl.buffers import Buffers, bind_views
-from yafsdp_impl.hooks import register_unit_hooks
-from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl.plan import BufferPlan, PlanChoice, plan_buffers
-from yafsdp_impl.schedule import Schedule
 
 
 def byte_classes(report: Mapping[str, Any]) -> dict[str, int]:
@@ -53,7 +53,7 @@ class YaFSDP:
             (the first and last units share one buffer, the others alternate two
             layer-sized ones), "separate_ends" (the first and last units keep a buffer each,
             so the first stays gathered from its forward to its backward); see
-            `yafsdp_impl.plan`.
+            `yafsdp_impl._plan`.
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
@@ -89,7 +89,7 @@ class YaFSDP:
         self.device = torch.device(device) if device is not None else _default_device(module)
 
         self.layout = build_layout(module, units, self.world_size)
-        comm = collectives.Comm(self.group)
+        comm = _collectives.Comm(self.group)
         native_reduce_scatter = comm.native_reduce_scatter
         param_bytes = torch.empty(0, dtype=param_dtype).element_size()
         reduce_bytes = torch.empty(0, dtype=reduce_dtype).element_size()
@@ -212,31 +212,31 @@ class YaFSDP:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """fp32 weights keyed by the module's original names, on CPU, on every rank."""
-        return state_dict.full_state_dict(self.layout, self.buffers, self.group)
+        return _state_dict.full_state_dict(self.layout, self.buffers, self.group)
 
     def full_grad_dict(self) -> dict[str, torch.Tensor]:
         """The reduced fp32 gradients keyed by original names (after the last backward)."""
-        return state_dict.full_grad_dict(self.layout, self.buffers, self.group)
+        return _state_dict.full_grad_dict(self.layout, self.buffers, self.group)
 
     def load_full_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load weights keyed by original names; each rank keeps its shard."""
-        state_dict.load_full_state_dict(self.layout, self.buffers, self.group, sd)
+        _state_dict.load_full_state_dict(self.layout, self.buffers, self.group, sd)
         self.schedule.invalidate()
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's master shards, exactly as held."""
-        return state_dict.local_state_dict(self.layout, self.buffers, self.group)
+        return _state_dict.local_state_dict(self.layout, self.buffers, self.group)
 
     def load_local_state_dict(self, sd: dict[str, Any]) -> None:
         """Load this rank's shards from `local_state_dict()` of the same rank and world."""
-        state_dict.load_local_state_dict(self.layout, self.buffers, self.group, sd)
+        _state_dict.load_local_state_dict(self.layout, self.buffers, self.group, sd)
         self.schedule.invalidate()
 
     def full_optim_state_dict(
         self, optimizer: torch.optim.Optimizer
     ) -> dict[str, dict[str, torch.Tensor]]:
         """The optimizer's per-parameter state keyed by original names."""
-        return state_dict.full_optim_state_dict(self.layout, self.buffers, self.group, optimizer)
+        return _state_dict.full_optim_state_dict(self.layout, self.buffers, self.group, optimizer)
 
     # ---- construction -----------------------------------------------------------------
 
