@@ -9,7 +9,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from tests.engine.llama import SHAPES, build_llama, initial_value
 from tests.engine.models import GPT, build, units_of
-from yafsdp_impl import YaFSDP, byte_classes
+from yafsdp_impl import YaFSDP, byte_classes, held_bytes
 
 
 @pytest.fixture
@@ -141,6 +141,19 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
     model = build_llama("llama3_8b")
     roomy_engine = YaFSDP(model, units_of(model), device="meta", memory_budget_bytes=2**50)
     assert roomy_engine.buffer_plan.buffer_of == layer_sized
+
+
+@pytest.mark.parametrize("plan", ["alternating", "ends_shared", "separate_ends"])
+def test_a_named_plan_is_held_as_named_whatever_the_budget(fake_world: int, plan: str) -> None:
+    """`plan_buffers` takes a named plan as named: its bytes are what the engine holds, the
+    budget is recorded beside it, and no plan was chosen over it."""
+    model = build_llama("tiny")
+    engine = YaFSDP(model, units_of(model), device="meta", buffer_plan=plan,
+                    memory_budget_bytes=1)  # fmt: skip
+    choice = engine.plan_choice
+    assert (choice.plan.name, choice.budget_bytes) == (plan, 1)
+    assert (choice.rejected, choice.rejected_bytes) == (None, None)
+    assert choice.plan_bytes == held_bytes(engine.memory_report())
 
 
 def test_tied_weights_are_refused(fake_world: int) -> None:
