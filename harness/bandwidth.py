@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from harness.placement import DTYPES, synchronize
-from yafsdp_impl import collectives
+from yafsdp_impl import all_gather, has_native_reduce_scatter, reduce_scatter
 
 SCHEMA = "yafsdp-bench.calibration/1"
 KINDS = ("all_gather", "reduce_scatter")
@@ -89,7 +89,7 @@ def measure(
     collective shim the yafsdp engine uses."""
     group = dist.distributed_c10d._get_default_group()
     p, rank = dist.get_world_size(), dist.get_rank()
-    gloo = not collectives.has_native_reduce_scatter(group)
+    gloo = not has_native_reduce_scatter(group)
     rows: dict[str, list[dict[str, Any]]] = {kind: [] for kind in sizes}
     for kind, kind_sizes in sizes.items():
         dtype = dtypes[kind]
@@ -100,13 +100,11 @@ def measure(
             run: Callable[[], Any]
             if kind == "all_gather":
                 shard = torch.empty(numel // p, dtype=dtype, device=device)
-                run = functools.partial(collectives.all_gather, full, shard, group, False)
+                run = functools.partial(all_gather, full, shard, group, False)
                 rounds = 1
             else:
                 out = None if gloo else torch.empty(numel // p, dtype=dtype, device=device)
-                run = functools.partial(
-                    collectives.reduce_scatter, out, full, group, rank, p, False
-                )
+                run = functools.partial(reduce_scatter, out, full, group, rank, p, False)
                 rounds = 2 if gloo else 1  # gloo's reduce-scatter is an all-reduce
             rows[kind].append(_row(numel * item, _timed(run, device, repeats), p, rounds))
             del full, run

@@ -1,9 +1,10 @@
 """Suite A's instruments: sleeps on a chosen CUDA stream, collectives that poison their
 output first, and delayed writes to the buffers that collectives read.
 
-The context managers replace `yafsdp_impl.collectives` functions (the engine calls them
-through that module) and restore them on exit; `slow_guarded_writes` replaces two methods
-of one engine instance for good, so use it on an engine built for the check.
+The context managers replace functions of the engine's private `yafsdp_impl._collectives`
+(the engine calls them through that module) and restore them on exit;
+`slow_guarded_writes` replaces two methods of one engine instance for good, so use it on an
+engine built for the check.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import torch
 
+import yafsdp_impl._collectives as collectives  # the engine calls them through it
 from harness.rank.session import Session
-from yafsdp_impl import collectives
 
 
 def cycles_per_second(device: torch.device) -> float:

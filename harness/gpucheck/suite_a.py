@@ -10,10 +10,12 @@ Only a GPU can prove these; tests/gpucheck exercises their wrappers on CPU with 
 from __future__ import annotations
 
 import functools
+import inspect
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,9 +40,11 @@ from harness.gpucheck.training import (
 from harness.models.build import decoder_parts
 from harness.models.shapes import ModelShape, get_shape
 from harness.rank.session import Session
-from yafsdp_impl import held_bytes
+from yafsdp_impl import Buffers, held_bytes
 
 SMALL = "llama_mini"
+# The engine file that allocates every tensor `memory_report` counts.
+BUFFERS_FILE = Path(inspect.getsourcefile(Buffers) or "").name
 # Llama 2 7B's layer shape with 6 layers: each unit's compute is milliseconds on one GPU,
 # long enough that kernel launches do not hide it, small enough to build in seconds.
 PROBE = ModelShape(
@@ -173,7 +177,7 @@ def check_steady_state_memory(device: torch.device) -> Verdict:
         for seg in snap["segments"]
         for b in seg["blocks"]
         if b.get("state") == "active_allocated"
-        and (engine_frame(frames_of(b)) or "").startswith("buffers.py")
+        and (engine_frame(frames_of(b)) or "").startswith(f"{BUFFERS_FILE}:")
     ]
     attributed = sum(int(b.get("requested_size", b["size"])) for b in live)
     reported = held_bytes(yafsdp_of(t).memory_report())
@@ -187,7 +191,9 @@ def check_steady_state_memory(device: torch.device) -> Verdict:
     if offenders:
         problems.append(f"engine allocates in steady state at {', '.join(offenders[:5])}")
     if attributed != reported:
-        problems.append(f"snapshot attributes {attributed} B to buffers.py, report {reported} B")
+        problems.append(
+            f"snapshot attributes {attributed} B to {BUFFERS_FILE}, report {reported} B"
+        )
     return Verdict(not problems, figures, "; ".join(problems))
 
 
@@ -281,7 +287,7 @@ CHECKS: list[tuple[str, str, Callable[[torch.device], Verdict]]] = [
     ("3 no host syncs", "forward and backward run under set_sync_debug_mode('error')",
      check_no_syncs),
     ("4 steady memory", "no engine allocation above a scalar in steps 2-3; memory_report() "
-     "equals the snapshot's bytes allocated in yafsdp_impl/buffers.py", check_steady_state_memory),
+     "equals the snapshot's bytes allocated in yafsdp_impl/_buffers.py", check_steady_state_memory),
 ]  # fmt: skip
 DELAY = (
     "6 injected delay",

@@ -63,8 +63,8 @@ MECHANISMS: dict[str, Mechanism] = {
             "yafsdp copies each weight's gradient into its unit's gradient buffer and the "
             "buffer into the fp32 staging, and adds each reduced shard into the master "
             "gradient, on the compute stream",
-            "yafsdp_impl/schedule.py gradient_arrived (a post-accumulate hook); "
-            "yafsdp_impl/reduce_scatter.py _reduce_scatter, _add_into_master_grad",
+            "yafsdp_impl/_schedule.py gradient_arrived (a post-accumulate hook); "
+            "yafsdp_impl/_reduce_scatter.py _reduce_scatter, _add_into_master_grad",
         ),
         Mechanism(
             "launch_overhead",

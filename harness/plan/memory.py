@@ -218,23 +218,14 @@ def yafsdp_layout(
 
     from harness.models.build import decoder_parts
     from harness.placement import DTYPES
-    from yafsdp_impl.buffers import Buffers
-    from yafsdp_impl.layout import build_layout
-    from yafsdp_impl.plan import PlanChoice, choose_for_budget, choose_plan, engine_bytes
+    from yafsdp_impl import Buffers, build_layout, plan_buffers
 
     m = _meta_model(model)
     parts = decoder_parts(m)
     layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
     p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
-    if buffer_plan == "auto":
-        choice = choose_for_budget(layout, budget_bytes, param_bytes=p, reduce_bytes=r,
-                                   native=native_reduce_scatter)  # fmt: skip
-    else:
-        plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r,
-                           world_size=world_size)  # fmt: skip
-        size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r,
-                            native=native_reduce_scatter)  # fmt: skip
-        choice = PlanChoice(plan, None, budget_bytes, size, None)
+    choice = plan_buffers(layout, buffer_plan, budget_bytes, param_bytes=p, reduce_bytes=r,
+                          native_reduce_scatter=native_reduce_scatter)  # fmt: skip
     buffers = Buffers(
         layout,
         choice.plan,

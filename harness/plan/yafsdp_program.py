@@ -99,8 +99,8 @@ def skeleton(
     import torch
 
     from harness.plan.memory import yafsdp_layout
+    from yafsdp_impl import Schedule
     from yafsdp_impl.annotation_names import COLLECTIVES
-    from yafsdp_impl.schedule import Schedule
 
     layout, buffers, _ = yafsdp_layout(
         model, world_size, dtype, reduce_dtype, True, buffer_plan, budget_bytes

@@ -1,4 +1,5 @@
-"""The two model families the engine tests run on, and their training step."""
+"""The two model families the engine tests run on (a GPT-2-style one here, a small Llama in
+`llama.py`), and their training step."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.models.init_weights import init_weights
-from harness.models.llama import build_model
+from tests.engine.llama import Llama, build_llama
 
 VOCAB_GPT = 96
 SEQ = 16
@@ -64,19 +64,23 @@ def build(name: str, seed: int = 0, n_layers: int = 3) -> nn.Module:
     if name == "gpt":
         torch.manual_seed(seed)
         return GPT(n_layers)
-    model = build_model(name, device="cpu")
-    init_weights(model, seed)
-    return model
+    if name == "llama":
+        return build_llama("tiny", device="cpu", seed=seed)
+    raise ValueError(f"model {name!r} is unknown; choose gpt or llama")
 
 
 def units_of(model: nn.Module) -> list[nn.Module]:
     if isinstance(model, GPT):
         return [model.wte, *model.blocks, model.head]
+    assert isinstance(model, Llama)
     return [model.tok_embeddings, *model.layers, model.output]
 
 
 def vocab_of(model: nn.Module) -> int:
-    return VOCAB_GPT if isinstance(model, GPT) else model.shape.vocab_size
+    if isinstance(model, GPT):
+        return VOCAB_GPT
+    assert isinstance(model, Llama)
+    return model.shape.vocab_size
 
 
 def batch(vocab: int, step: int, rank: int, size: int = BATCH) -> torch.Tensor:

@@ -17,7 +17,7 @@ from tests.engine.census import EngineAllocations, LargeReads
 from tests.engine.models import BATCH, batch, build, loss_of, units_of, vocab_of
 from yafsdp_impl import YaFSDP
 
-MODELS = ("gpt", "llama_tiny")
+MODELS = ("gpt", "llama")
 LR = 1e-3
 WEIGHT_DECAY = 0.1
 # AdamW's first steps move every weight by ~lr * sign(g). With eps=1e-8, gradient elements

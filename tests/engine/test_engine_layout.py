@@ -7,10 +7,9 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from harness.models.llama import build_model
-from harness.models.shapes import get_shape
+from tests.engine.llama import SHAPES, build_llama, initial_value
 from tests.engine.models import GPT, build, units_of
-from yafsdp_impl import YaFSDP, byte_classes
+from yafsdp_impl import YaFSDP, byte_classes, held_bytes
 
 
 @pytest.fixture
@@ -29,9 +28,9 @@ def _padded(n: int, p: int) -> int:
 @pytest.mark.parametrize("fake_world", [256], indirect=True)
 def test_llama2_70b_on_256_ranks_bytes_by_class(fake_world: int) -> None:
     p = fake_world
-    shape = get_shape("llama2_70b")
-    model = build_model(shape, device="meta")
-    engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output], device="meta")
+    shape = SHAPES["llama2_70b"]
+    model = build_llama("llama2_70b")
+    engine = YaFSDP(model, units_of(model), device="meta")
     assert all(t.is_meta for t in (*engine.buffers.weight, engine.buffers.master))
 
     # The arithmetic, from the shape alone: norms leave the layers for the resident unit.
@@ -66,9 +65,9 @@ def test_llama3_8b_on_64_ranks_buffer_plan_is_layer_sized(fake_world: int) -> No
     two layer-sized ones and the staging is layer-sized: the engine holds exactly that
     arithmetic, less than two largest-unit buffers would."""
     p = fake_world
-    shape = get_shape("llama3_8b")
-    model = build_model(shape, device="meta")
-    engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output], device="meta")
+    shape = SHAPES["llama3_8b"]
+    model = build_llama("llama3_8b")
+    engine = YaFSDP(model, units_of(model), device="meta")
     d, v = shape.dim, shape.vocab_size
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
     padded = [_padded(n, p) for n in units]
@@ -104,7 +103,7 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
     holds exactly the plan's arithmetic, and memory_report names the plan, its bytes, the
     plan it was chosen over and the budget."""
     p = fake_world
-    shape = get_shape("llama3_8b")
+    shape = SHAPES["llama3_8b"]
     d, v = shape.dim, shape.vocab_size
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
     padded = [_padded(n, p) for n in units]
@@ -126,9 +125,8 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
         (sum(roomy.values()), roomy, "separate_ends", "ends_shared"),
         (sum(roomy.values()) - 1, shared, "ends_shared", "separate_ends"),
     ):
-        model = build_model(shape, device="meta")
-        units_of_model = [model.tok_embeddings, *model.layers, model.output]
-        engine = YaFSDP(model, units_of_model, device="meta", memory_budget_bytes=budget)
+        model = build_llama("llama3_8b")
+        engine = YaFSDP(model, units_of(model), device="meta", memory_budget_bytes=budget)
         report = engine.memory_report()
         assert byte_classes(report) == want, plan
         assert report["buffer_plan"] == {
@@ -140,10 +138,22 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
         }
     layer_sized = (0, *[2, 3] * (shape.n_layers // 2), 1)
     assert engine.buffer_plan.name == "ends_shared"
-    model = build_model(shape, device="meta")
-    roomy_engine = YaFSDP(model, [model.tok_embeddings, *model.layers, model.output],
-                          device="meta", memory_budget_bytes=2**50)  # fmt: skip
+    model = build_llama("llama3_8b")
+    roomy_engine = YaFSDP(model, units_of(model), device="meta", memory_budget_bytes=2**50)
     assert roomy_engine.buffer_plan.buffer_of == layer_sized
+
+
+@pytest.mark.parametrize("plan", ["alternating", "ends_shared", "separate_ends"])
+def test_a_named_plan_is_held_as_named_whatever_the_budget(fake_world: int, plan: str) -> None:
+    """`plan_buffers` takes a named plan as named: its bytes are what the engine holds, the
+    budget is recorded beside it, and no plan was chosen over it."""
+    model = build_llama("tiny")
+    engine = YaFSDP(model, units_of(model), device="meta", buffer_plan=plan,
+                    memory_budget_bytes=1)  # fmt: skip
+    choice = engine.plan_choice
+    assert (choice.plan.name, choice.budget_bytes) == (plan, 1)
+    assert (choice.rejected, choice.rejected_bytes) == (None, None)
+    assert choice.plan_bytes == held_bytes(engine.memory_report())
 
 
 def test_tied_weights_are_refused(fake_world: int) -> None:
@@ -193,9 +203,7 @@ def test_norms_and_outside_params_are_resident(fake_world: int) -> None:
 def test_meta_module_is_initialised_shard_by_shard(fake_world: int) -> None:
     """With init_fn, a meta-device model is never materialised: only the parameters that
     overlap this rank's shards are computed, and the shards hold exactly their values."""
-    from harness.models.init_weights import initial_value
-
-    model = build_model("llama_tiny")  # meta
+    model = build_llama("tiny")  # meta
     names = [n for n, _ in model.named_parameters()]
     asked: list[str] = []
 
@@ -204,14 +212,11 @@ def test_meta_module_is_initialised_shard_by_shard(fake_world: int) -> None:
         return initial_value(name, shape, 0)
 
     engine = YaFSDP(
-        model, [model.tok_embeddings, *model.layers, model.output],
-        param_dtype=torch.float32, device="cpu", init_fn=init_fn,
-    )  # fmt: skip
+        model, units_of(model), param_dtype=torch.float32, device="cpu", init_fn=init_fn
+    )
     assert len(asked) == len(set(asked)), "each parameter is computed at most once"
     assert 0 < len(asked) < len(names), "rank 0 of 4 needs only the parameters it shards"
-    full = {
-        n: initial_value(n, p.shape, 0) for n, p in build_model("llama_tiny").named_parameters()
-    }
+    full = {n: initial_value(n, p.shape, 0) for n, p in build_llama("tiny").named_parameters()}
     for unit in engine.layout.units:
         start, end = unit.shard_range(0)
         flat = torch.cat([full[s.name].reshape(-1) for s in unit.slots])

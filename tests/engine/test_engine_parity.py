@@ -291,7 +291,7 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     one staging buffer. Every reduce-scatter issued once unit 0's backward starts (and the
     resident one) is issued before the first of them is waited; unit 2's goes out before the
     end of backward, and on the GPT model with ends_shared (where no later unit uses unit
-    2's buffer) already during unit 1's backward; with ends_shared on llama_tiny the output
+    2's buffer) already during unit 1's backward; with ends_shared on the Llama the output
     unit's chunks go out as the layers' backward starts (the output's weight buffer is free
     until unit 0 is gathered), not at unit 0. The lanes are views into the weight buffers;
     results equal the reference."""
@@ -310,7 +310,7 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     if name == "gpt":  # lanes are free then: unit 2 goes out as unit 1's backward starts
         shared = r["ends_shared"]["logs"][0]
         assert shared.index(("reduce_scatter", "unit2")) < shared.index(("backward", "unit0"))
-    if name == "llama_tiny":
+    if name == "llama":
         assert r["ends_shared"]["lanes"][0] >= 1  # the output's buffer lends a lane
         log = r["ends_shared"]["logs"][0]
         last = f"unit{r['n_units'] - 1}"
@@ -404,7 +404,7 @@ def test_ends_shared_buffer_plan_matches_reference(ws: int, name: str) -> None:
     for i in (0, len(plan.buffer_of) - 1):
         chunks = -(-runs[0]["padded"][i] // plan.staging_numel)
         assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == chunks
-    if name == "llama_tiny":  # its embedding and output outsize a layer
+    if name == "llama":  # its embedding and output outsize a layer
         assert chunks > 1
 
 

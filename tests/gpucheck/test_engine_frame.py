@@ -9,14 +9,14 @@ def _f(filename: str, name: str) -> dict:
     return {"filename": filename, "name": name, "line": 1}
 
 
-ENGINE = "/x/yafsdp_impl/api.py"
+ENGINE = "/x/yafsdp_impl/_api.py"
 MODEL = "/x/harness/models/llama.py"
 
 
 def test_engine_code_allocating_is_attributed():
     frames = [_f("/t/torch/functional.py", "zeros"), _f(ENGINE, "_reduce_scatter")]
-    assert engine_frame(frames) == "api.py:_reduce_scatter"
-    assert engine_frame([_f("/x/yafsdp_impl/buffers.py", "__init__")]) == "buffers.py:__init__"
+    assert engine_frame(frames) == "_api.py:_reduce_scatter"
+    assert engine_frame([_f("/x/yafsdp_impl/_buffers.py", "__init__")]) == "_buffers.py:__init__"
 
 
 def test_model_compute_under_engine_frames_is_not():
@@ -39,5 +39,17 @@ def test_steady_offenders_are_engine_allocations_above_a_scalar():
         {"action": "free_requested", "size": 8 << 20, "frames": [_f(ENGINE, "release")]},
         {"action": "alloc", "size": 8 << 20, "frames": [_f(MODEL, "forward"), grad_copy]},
     ]
-    assert steady_offenders(trace) == ["api.py:_add_into_master_grad"]
+    assert steady_offenders(trace) == ["_api.py:_add_into_master_grad"]
     assert steady_offenders(trace[:1] + trace[2:]) == []
+
+
+def test_check_4_counts_the_file_that_holds_the_engine_buffers():
+    """Check 4 sums the live blocks attributed to the file `BUFFERS_FILE` names: the engine
+    file where `Buffers` allocates, whatever the engine's modules are called."""
+    import inspect
+
+    from harness.gpucheck.suite_a import BUFFERS_FILE
+    from yafsdp_impl import Buffers
+
+    frame = _f(inspect.getsourcefile(Buffers) or "", "__init__")
+    assert engine_frame([frame]) == f"{BUFFERS_FILE}:__init__"

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import yafsdp_impl._collectives as collectives  # what the stress wrappers replace
 from harness.gpucheck import delay_model, stress, suite_a, trace_check
 from harness.gpucheck.training import build, train_step
 from harness.models.shapes import get_shape
-from yafsdp_impl import collectives
 
 CPU = torch.device("cpu")
 

@@ -13,9 +13,8 @@ import torch
 
 from harness.plan.memory import yafsdp_layout
 from harness.plan.yafsdp_program import _Recorder
+from yafsdp_impl import Schedule, _clipping, _reduce_scatter, _schedule
 from yafsdp_impl import annotation_names as names
-from yafsdp_impl import clipping, reduce_scatter, schedule
-from yafsdp_impl.schedule import Schedule
 
 
 def _drive(grad_accum: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Schedule]:
@@ -26,7 +25,7 @@ def _drive(grad_accum: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str],
         opened.append(name)
         yield
 
-    for module in (schedule, reduce_scatter, clipping):
+    for module in (_schedule, _reduce_scatter, _clipping):
         monkeypatch.setattr(module, "record_function", recorded)
     layout, buffers, _ = yafsdp_layout("llama_tiny", 2, "bf16", "fp32", True, "auto", None)
     ends: list[Any] = []

@@ -33,7 +33,7 @@ def test_annotation_names_import_no_torch() -> None:
 
 def test_the_package_still_exports_the_engine() -> None:
     from yafsdp_impl import YaFSDP, byte_classes, held_bytes, is_norm
-    from yafsdp_impl.api import YaFSDP as FromApi
+    from yafsdp_impl._api import YaFSDP as FromApi
 
     assert YaFSDP is FromApi and callable(byte_classes) and callable(held_bytes)
     assert callable(is_norm)

@@ -13,14 +13,15 @@ of weights and gradients.
 
 Without a memory budget the plan that holds fewer bytes is chosen (`min_bytes`). With one
 (`choose_for_budget`), `separate_ends` where the engine's memory with it fits the budget,
-else the plan that holds fewer bytes.
+else the plan that holds fewer bytes. `plan_buffers` is the one entry point: the engine and
+a planner that predicts the engine's memory both call it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from yafsdp_impl.layout import Layout
+from yafsdp_impl._layout import Layout
 
 PLANS = ("auto", "min_bytes", "alternating", "ends_shared", "separate_ends")
 
@@ -139,3 +140,28 @@ def choose_for_budget(
     if budget_bytes is not None and size(roomy) <= budget_bytes:
         return PlanChoice(roomy, small, budget_bytes, size(roomy), size(small))
     return PlanChoice(small, roomy, budget_bytes, size(small), size(roomy))
+
+
+def plan_buffers(
+    layout: Layout,
+    buffer_plan: str,
+    budget_bytes: int | None,
+    *,
+    param_bytes: int,
+    reduce_bytes: int,
+    native_reduce_scatter: bool,
+) -> PlanChoice:
+    """The buffer plan the engine holds for `layout` (what `YaFSDP(buffer_plan=...,
+    memory_budget_bytes=...)` chooses): "auto" chooses for the budget (`choose_for_budget`);
+    a plan by name is taken as named, with its bytes and the budget recorded beside it.
+    Element sizes are in bytes; `native_reduce_scatter` is False on gloo (no reduce-scatter
+    output buffers)."""
+    p, r = param_bytes, reduce_bytes
+    if buffer_plan == "auto":
+        return choose_for_budget(
+            layout, budget_bytes, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter
+        )
+    world = layout.resident.world_size
+    plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r, world_size=world)
+    size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter)
+    return PlanChoice(plan, None, budget_bytes, size, None)

@@ -1,7 +1,7 @@
 """Gradient clipping by the global L2 norm, from the squared norms the reduce-scatters leave.
 
 On the step's last micro-batch each finished reduce-scatter adds its shard's squared norm
-to `grad_sq_norms` (see `reduce_scatter.py`); at the end of that backward their sum's
+to `grad_sq_norms` (see `_reduce_scatter.py`); at the end of that backward their sum's
 all-reduce starts, and `clip_grad_norm_` waits for it and scales the master gradients.
 Where the gradients changed outside backward (or were clipped already) the norms are taken
 afresh.
@@ -18,12 +18,12 @@ import torch
 from torch.autograd.profiler import record_function
 
 from yafsdp_impl import annotation_names as names
-from yafsdp_impl.events import DONE
+from yafsdp_impl._events import DONE
 
 if TYPE_CHECKING:
-    from yafsdp_impl.buffers import Buffers
-    from yafsdp_impl.collectives import Comm
-    from yafsdp_impl.events import Event, Streams
+    from yafsdp_impl._buffers import Buffers
+    from yafsdp_impl._collectives import Comm
+    from yafsdp_impl._events import Event, Streams
 
 
 def add_squared_norm(acc: torch.Tensor, grad: torch.Tensor) -> None:

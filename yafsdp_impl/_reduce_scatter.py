@@ -24,14 +24,14 @@ import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
 from yafsdp_impl import annotation_names as names
-from yafsdp_impl.clipping import add_squared_norm
-from yafsdp_impl.events import DONE
+from yafsdp_impl._clipping import add_squared_norm
+from yafsdp_impl._events import DONE
 
 if TYPE_CHECKING:
-    from yafsdp_impl.buffers import Buffers
-    from yafsdp_impl.collectives import Comm
-    from yafsdp_impl.events import Event, Streams
-    from yafsdp_impl.layout import Layout
+    from yafsdp_impl._buffers import Buffers
+    from yafsdp_impl._collectives import Comm
+    from yafsdp_impl._events import Event, Streams
+    from yafsdp_impl._layout import Layout
 
 # Units 0 and 1 stay gathered from one micro-batch's backward into the next one's forward.
 KEPT_GATHERED = 2

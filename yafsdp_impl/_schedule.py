@@ -20,8 +20,8 @@ unit's goes out while the layers' backward runs (its buffer is free until unit 0
 gathered). What is lent and issued when depends on the layout alone: every rank's order
 of collectives stays the same.
 
-The staging lanes, their lending and the reduce-scatters are `reduce_scatter.py`'s; the
-gradients' norm and clipping are `clipping.py`'s; the profiler ranges' names are
+The staging lanes, their lending and the reduce-scatters are `_reduce_scatter.py`'s; the
+gradients' norm and clipping are `_clipping.py`'s; the profiler ranges' names are
 `annotation_names.py`'s.
 """
 
@@ -37,12 +37,12 @@ from torch.autograd import Variable
 from torch.autograd.profiler import record_function
 
 from yafsdp_impl import annotation_names as names
-from yafsdp_impl.buffers import Buffers
-from yafsdp_impl.clipping import Clipping
-from yafsdp_impl.collectives import Comm
-from yafsdp_impl.events import DONE, Event, Streams
-from yafsdp_impl.layout import Layout
-from yafsdp_impl.reduce_scatter import BufferSlot, ReduceScatters
+from yafsdp_impl._buffers import Buffers
+from yafsdp_impl._clipping import Clipping
+from yafsdp_impl._collectives import Comm
+from yafsdp_impl._events import DONE, Event, Streams
+from yafsdp_impl._layout import Layout
+from yafsdp_impl._reduce_scatter import BufferSlot, ReduceScatters
 
 # The units whose gathers open a step, with the resident unit's: unit 0, and unit 1, which
 # unit 0's forward gathers anyway before it computes.

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from yafsdp_impl.layout import Layout, UnitLayout
-from yafsdp_impl.plan import BufferPlan
+from yafsdp_impl._layout import Layout, UnitLayout
+from yafsdp_impl._plan import BufferPlan
 
 
 class Buffers:

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from yafsdp_impl import collectives
-from yafsdp_impl.buffers import Buffers
-from yafsdp_impl.layout import Layout, UnitLayout, copy_into_shard, frozen_param
+from yafsdp_impl import _collectives
+from yafsdp_impl._buffers import Buffers
+from yafsdp_impl._layout import Layout, UnitLayout, copy_into_shard, frozen_param
 
 
 @torch.no_grad()
@@ -32,7 +32,7 @@ def _gather_named(
     out: dict[str, torch.Tensor] = {}
     for unit, shard in pieces:
         full = torch.empty(unit.padded_numel, dtype=shard.dtype, device=shard.device)
-        collectives.all_gather(full, shard.contiguous(), group, async_op=False)
+        _collectives.all_gather(full, shard.contiguous(), group, async_op=False)
         for s in unit.slots:
             out[s.name] = full[s.offset : s.offset + s.numel].view(s.shape).cpu().clone()
     return out

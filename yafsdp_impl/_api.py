@@ -11,13 +11,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from yafsdp_impl import collectives, state_dict
+from yafsdp_impl import _collectives, _state_dict
+from yafsdp_impl._buffers import Buffers, bind_views
+from yafsdp_impl._hooks import hook_schedule
+from yafsdp_impl._layout import build_layout, copy_into_shard, frozen_param
+from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers
+from yafsdp_impl._schedule import Schedule
 from yafsdp_impl.annotation_names import COLLECTIVES
-from yafsdp_impl.buffers import Buffers, bind_views
-from yafsdp_impl.hooks import register_unit_hooks
-from yafsdp_impl.layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl.plan import BufferPlan, PlanChoice, choose_for_budget, choose_plan, engine_bytes
-from yafsdp_impl.schedule import Schedule
 
 
 def byte_classes(report: Mapping[str, Any]) -> dict[str, int]:
@@ -53,7 +53,7 @@ class YaFSDP:
             (the first and last units share one buffer, the others alternate two
             layer-sized ones), "separate_ends" (the first and last units keep a buffer each,
             so the first stays gathered from its forward to its backward); see
-            `yafsdp_impl.plan`.
+            `plan_buffers`.
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
@@ -75,10 +75,7 @@ class YaFSDP:
         memory_budget_bytes: int | None = None,
     ) -> None:
         units = list(units)
-        if not units:
-            raise ValueError("YaFSDP needs at least one unit")
-        if grad_accum_steps < 1:
-            raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
+        _check_arguments(units, grad_accum_steps)
         self.module = module
         self.group = process_group or dist.distributed_c10d._get_default_group()
         self.rank = dist.get_rank(self.group)
@@ -87,27 +84,16 @@ class YaFSDP:
         self.reduce_dtype = reduce_dtype
         self.grad_accum_steps = grad_accum_steps
         self.device = torch.device(device) if device is not None else _default_device(module)
+        self._init_fn = init_fn
+        comm = _collectives.Comm(self.group)
 
+        # Which parameter lives where, and the buffers that hold the unsharded units.
         self.layout = build_layout(module, units, self.world_size)
-        comm = collectives.Comm(self.group)
-        native_reduce_scatter = comm.native_reduce_scatter
-        param_bytes = torch.empty(0, dtype=param_dtype).element_size()
-        reduce_bytes = torch.empty(0, dtype=reduce_dtype).element_size()
-        if buffer_plan == "auto":
-            self.plan_choice: PlanChoice = choose_for_budget(
-                self.layout, memory_budget_bytes, param_bytes=param_bytes,
-                reduce_bytes=reduce_bytes, native=native_reduce_scatter,
-            )  # fmt: skip
-        else:
-            plan = choose_plan(
-                self.layout, buffer_plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
-                world_size=self.world_size,
-            )  # fmt: skip
-            size = engine_bytes(
-                self.layout, plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
-                native=native_reduce_scatter,
-            )  # fmt: skip
-            self.plan_choice = PlanChoice(plan, None, memory_budget_bytes, size, None)
+        self.plan_choice: PlanChoice = plan_buffers(
+            self.layout, buffer_plan, memory_budget_bytes,
+            param_bytes=param_dtype.itemsize, reduce_bytes=reduce_dtype.itemsize,
+            native_reduce_scatter=comm.native_reduce_scatter,
+        )  # fmt: skip
         self.buffer_plan: BufferPlan = self.plan_choice.plan
         self.buffers = Buffers(
             self.layout,
@@ -115,41 +101,19 @@ class YaFSDP:
             device=self.device,
             param_dtype=param_dtype,
             reduce_dtype=reduce_dtype,
-            native_reduce_scatter=native_reduce_scatter,
-        )
-        self._init_fn = init_fn
-        self._load_module_values(_initial_values(module, init_fn, self.device))
-        grad_views = [
-            bind_views(u, self.buffers.weight[k], self.buffers.grad[k])
-            for u, k in zip(self.layout.units, self.buffers.buffer_of, strict=True)
-        ]
-        grad_views.append(
-            bind_views(
-                self.layout.resident, self.buffers.resident_weight, self.buffers.resident_grad
-            )
-        )
-        self._place_frozen_and_buffers()
-        self._wrap_checkpointing(units, ckpt_units)
-        self.schedule = Schedule(
-            self.layout,
-            self.buffers,
-            comm,
-            grad_accum_steps=grad_accum_steps,
-            grad_views=grad_views,
+            native_reduce_scatter=comm.native_reduce_scatter,
         )
 
-        s = self.schedule
-        for views in grad_views[:-1]:  # the units' weights (the resident unit keeps its views)
-            for p, g in views:
-                p.register_post_accumulate_grad_hook(functools.partial(_arrived, s, g))
-        module.register_forward_pre_hook(lambda m, a: s.on_root_forward())
-        for i in range(len(units)):
-            register_unit_hooks(
-                units[i],
-                functools.partial(s.pre_forward, i),
-                s.close_range,
-                functools.partial(s.pre_backward, i),
-            )
+        # The module's values move into the shards; its parameters become buffer views.
+        grad_views = self._move_into_buffers()
+        self._wrap_checkpointing(units, ckpt_units)
+
+        # The schedule, driven by hooks on the module, its units and their weights.
+        self.schedule = Schedule(
+            self.layout, self.buffers, comm,
+            grad_accum_steps=grad_accum_steps, grad_views=grad_views,
+        )  # fmt: skip
+        hook_schedule(self.schedule, module, units, grad_views)
 
     # ---- public API -------------------------------------------------------------------
 
@@ -223,33 +187,47 @@ class YaFSDP:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """fp32 weights keyed by the module's original names, on CPU, on every rank."""
-        return state_dict.full_state_dict(self.layout, self.buffers, self.group)
+        return _state_dict.full_state_dict(self.layout, self.buffers, self.group)
 
     def full_grad_dict(self) -> dict[str, torch.Tensor]:
         """The reduced fp32 gradients keyed by original names (after the last backward)."""
-        return state_dict.full_grad_dict(self.layout, self.buffers, self.group)
+        return _state_dict.full_grad_dict(self.layout, self.buffers, self.group)
 
     def load_full_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load weights keyed by original names; each rank keeps its shard."""
-        state_dict.load_full_state_dict(self.layout, self.buffers, self.group, sd)
+        _state_dict.load_full_state_dict(self.layout, self.buffers, self.group, sd)
         self.schedule.invalidate()
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's master shards, exactly as held."""
-        return state_dict.local_state_dict(self.layout, self.buffers, self.group)
+        return _state_dict.local_state_dict(self.layout, self.buffers, self.group)
 
     def load_local_state_dict(self, sd: dict[str, Any]) -> None:
         """Load this rank's shards from `local_state_dict()` of the same rank and world."""
-        state_dict.load_local_state_dict(self.layout, self.buffers, self.group, sd)
+        _state_dict.load_local_state_dict(self.layout, self.buffers, self.group, sd)
         self.schedule.invalidate()
 
     def full_optim_state_dict(
         self, optimizer: torch.optim.Optimizer
     ) -> dict[str, dict[str, torch.Tensor]]:
         """The optimizer's per-parameter state keyed by original names."""
-        return state_dict.full_optim_state_dict(self.layout, self.buffers, self.group, optimizer)
+        return _state_dict.full_optim_state_dict(self.layout, self.buffers, self.group, optimizer)
 
     # ---- construction -----------------------------------------------------------------
+
+    def _move_into_buffers(self) -> list[list[tuple[nn.Parameter, torch.Tensor]]]:
+        """Load the module's values into this rank's master shards and bind every unit's
+        parameters (then the resident unit's) to its buffer; return each one's (parameter,
+        gradient view) pairs."""
+        self._load_module_values(_initial_values(self.module, self._init_fn, self.device))
+        b = self.buffers
+        grad_views = [
+            bind_views(u, b.weight[k], b.grad[k])
+            for u, k in zip(self.layout.units, b.buffer_of, strict=True)
+        ]
+        grad_views.append(bind_views(self.layout.resident, b.resident_weight, b.resident_grad))
+        self._place_frozen_and_buffers()
+        return grad_views
 
     @torch.no_grad()
     def _load_module_values(self, values: Mapping[str, torch.Tensor]) -> None:
@@ -281,8 +259,11 @@ class YaFSDP:
             m.forward = functools.partial(_checkpointed, m.forward)
 
 
-def _arrived(schedule: Schedule, view: torch.Tensor, param: nn.Parameter) -> None:
-    schedule.gradient_arrived(param, view)
+def _check_arguments(units: list[nn.Module], grad_accum_steps: int) -> None:
+    if not units:
+        raise ValueError("YaFSDP needs at least one unit")
+    if grad_accum_steps < 1:
+        raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
 
 
 def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
