@@ -247,10 +247,11 @@ def _top(units: dict[str, float], floor: float) -> str:
 
 
 def _unit_words(term: dict[str, Any], a: str, b: str, floor: float) -> str:
-    """Per unit where the jobs name units alike (or one names none); else each job's own
-    largest units (engines name their units differently: FSDP1's carry no name)."""
+    """Per unit where the jobs name units alike (or one has none of the cause); else each
+    job's own largest units (engines name their units differently: FSDP1's carry none)."""
     ua, ub = term["units_a"], term["units_b"]
-    if not ua or not ub or ua.keys() & ub.keys():
+    alike = bool(ua.keys() & ub.keys())
+    if alike or (not ua and not term["a_s"]) or (not ub and not term["b_s"]):
         words = _top(term["units"], floor)
         return f" [{words}]" if words else ""
     sides = [f"{label}: {_top(u, floor)}" for label, u in ((b, ub), (a, ua)) if _top(u, floor)]
