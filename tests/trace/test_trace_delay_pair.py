@@ -8,8 +8,8 @@ the sweep ranks above the engine's range). Read on the delayed rank (`why --rank
 difference in the cause that took most of the sleep must be that cause's share of it,
 within 10%. Read on each step's slowest rank (the default), a step whose slowest rank is
 the delayed one shows the sleep, one whose slowest rank is the peer shows the peer's wait
-for the delayed rank (skew naming it): together, the delay within 10%; and the rank
-the others waited for most is the delayed one, for that same cause. The delay is long
+for the delayed rank (skew naming it), and the rank the others waited for most is the
+delayed one, for that same cause. The delay is long
 (500 ms): the other causes of two jobs run apart differ by tens of ms on a loaded 2-core
 machine.
 """
@@ -85,9 +85,11 @@ def test_why_finds_a_known_delay_under_the_right_cause(tmp_path):
     first = slowest["b"]["late_arrivals"][0]
     assert first.startswith(f"skew: rank {DELAYED_RANK} arrived late, because {cause}")
     # a step whose slowest rank is the delayed one shows the sleep; one whose slowest rank
-    # is the peer shows the peer's exposed wait for the delayed rank
+    # is the peer shows the peer's exposed wait for the delayed rank. Their sum is the delay
+    # plus how much later the delayed rank came for other reasons, which machine load makes
+    # vary by more than 10% (0.50, 0.53 and 0.68 s for 0.50 s, three runs): only the sign
     terms = {t["cause"]: t for t in slowest["terms"]}
     waited = terms[SKEW]["units"].get(f"rank {DELAYED_RANK}", 0.0) if SKEW in terms else 0.0
     slept = sum(terms[c]["delta_s"] for c in landed if c in terms)
-    assert slept + waited == pytest.approx(truth, abs=max(0.1 * truth, 2e-3))
+    assert slept + waited > 0.5 * truth
     assert np.isfinite(slowest["difference_s"])
