@@ -9,9 +9,8 @@ difference in the cause that took most of the sleep must be that cause's share o
 within 10%. Read on each step's slowest rank (the default), a step whose slowest rank is
 the delayed one shows the sleep, one whose slowest rank is the peer shows the peer's wait
 for the delayed rank (skew naming it), and the rank the others waited for most is the
-delayed one, for that same cause. The delay is long
-(500 ms): the other causes of two jobs run apart differ by tens of ms on a loaded 2-core
-machine.
+delayed one, for that same cause. The delay is long (500 ms): the other causes of two
+jobs run apart differ by tens of ms on a loaded 2-core machine.
 """
 
 from __future__ import annotations
