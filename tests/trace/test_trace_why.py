@@ -172,5 +172,5 @@ def test_units_named_differently_are_listed_per_job_not_subtracted():
     found = {"warnings": [], "a": job("yafsdp"), "b": job("fsdp1"), "difference_s": 0.1,
              "timed_difference_s": 0.1, "terms": [term]}  # fmt: skip
     line = why_lines(found)[0]
-    assert "[fsdp1: (no unit) +0.3000 s; yafsdp: 1 +0.2000 s]" in line
+    assert "[fsdp1 has (no unit) 0.3000 s; yafsdp has 1 0.2000 s]" in line
     assert "-0.2000" not in line
