@@ -19,7 +19,6 @@ from harness.config import (
     JobConfig,
 )
 from harness.engines.registry import ADAPTER_NAMES
-from harness.fault_delay import delay_errors
 from harness.models.shapes import (
     HF_CONFIG_PREFIX,
     MODEL_SHAPES,
@@ -28,6 +27,7 @@ from harness.models.shapes import (
     shape_of,
 )
 from harness.node_split import node_split_error
+from harness.rank.fault_delay import delay_errors
 
 # Bytes per parameter that a sharded engine keeps per rank, divided by the world size:
 # fp32 master weight, fp32 gradient, two fp32 AdamW moments, and a bf16 shard copy.

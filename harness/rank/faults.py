@@ -7,7 +7,7 @@ import signal
 import time
 
 from harness.config import FaultConfig
-from harness.fault_delay import arm_delay
+from harness.rank.fault_delay import arm_delay
 
 
 class InjectedCrash(RuntimeError):

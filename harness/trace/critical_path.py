@@ -102,6 +102,24 @@ class CriticalPath:
         )
 
 
+class _Lanes:
+    """Per lane (a stream, a thread), its events sorted by end: the last to end by a time
+    is one binary search away (a walk asks this at every step)."""
+
+    def __init__(self, lane: np.ndarray, end: np.ndarray) -> None:
+        self.by_lane: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for value in np.unique(lane):
+            idx = np.flatnonzero(lane == value)
+            idx = idx[np.argsort(end[idx], kind="stable")]
+            self.by_lane[int(value)] = (end[idx], idx)
+
+    def last_ended(self, lane: int, t: float) -> int:
+        """The event of `lane` that ended last at or before t (-1: none)."""
+        ends, idx = self.by_lane.get(lane, (np.empty(0), np.empty(0, dtype=np.int64)))
+        k = int(np.searchsorted(ends, t + 1e-9, side="right")) - 1
+        return int(idx[k]) if k >= 0 else -1
+
+
 class RankGraph:
     """One rank's device events, their launches, the sync events and its host threads."""
 
@@ -118,13 +136,6 @@ class RankGraph:
         self.d_corr = ev["correlation"].to_numpy()[d]
         self.d_name = names[d]
         self.d_trace_start = ev["ts"].to_numpy()[d]  # the rank's own clock
-        runtime = on_cpu(ev) & where(ev["cat"], lambda s: s.isin(_RUNTIME))
-        r = np.flatnonzero(runtime & (ev["correlation"].to_numpy() >= 0))
-        self.launch = pd.DataFrame(
-            {"ts": ev["ts"].to_numpy()[r] - offset_us, "thread": thread_ids(ev)[r]},
-            index=ev["correlation"].to_numpy()[r],
-        )
-        self.launch = self.launch[~self.launch.index.duplicated()]
         host = np.flatnonzero(
             on_cpu(ev) & where(ev["cat"], lambda s: s.isin(("cpu_op", *_RUNTIME)))
         )
@@ -135,6 +146,12 @@ class RankGraph:
         self.h_corr = ev["correlation"].to_numpy()[host]
         self.h_sync = pd.Series(self.h_name).str.match(_HOST_SYNC).to_numpy()
         self.syncs = syncs.assign(ts=syncs["ts"] - offset_us, end=syncs["end"] - offset_us)
+        runtime = where(ev["cat"], lambda s: s.isin(_RUNTIME))[host] & (self.h_corr >= 0)
+        # the runtime call that launched each correlation id (the first, if several)
+        self.launch = {int(c): int(h) for h, c in reversed(list(zip(
+            np.flatnonzero(runtime), self.h_corr[runtime], strict=True)))}  # fmt: skip
+        self._d_lane = _Lanes(self.d_stream, self.d_end)
+        self._h_lane = _Lanes(self.h_thread, self.h_end)
 
     def last_before(self, stream: int, corr: int) -> int:
         """The device event on `stream` launched last before correlation `corr` (-1: none)."""
@@ -144,18 +161,13 @@ class RankGraph:
     def releases(self, i: int) -> list[tuple[float, tuple[str, int], str]]:
         """(release time, node, edge) of everything device event i waited for."""
         out = []
-        same = np.flatnonzero(
-            (self.d_stream == self.d_stream[i]) & (self.d_end <= self.d_start[i] + 1e-9)
-        )
-        if same.size:
-            j = int(same[np.argmax(self.d_end[same])])
+        j = self._d_lane.last_ended(int(self.d_stream[i]), float(self.d_start[i]))
+        if j >= 0:
             out.append((float(self.d_end[j]), ("dev", j), "stream order"))
         corr = int(self.d_corr[i])
-        if corr in self.launch.index:
-            ts = float(self.launch.at[corr, "ts"])
-            h = np.flatnonzero((self.h_corr == corr) & (self.h_start == ts))
-            if h.size:
-                out.append((float(self.h_end[h[0]]), ("host", int(h[0])), "launch"))
+        h = self.launch.get(corr, -1)
+        if h >= 0:
+            out.append((float(self.h_end[h]), ("host", h), "launch"))
         waits = self.syncs[(self.syncs["stream"] == self.d_stream[i]) & (self.syncs["corr"] < corr)
                            & (self.syncs["kind"] == "Stream Wait Event")]  # fmt: skip
         if not waits.empty:
@@ -175,11 +187,8 @@ class RankGraph:
             if ended.size:
                 j = int(ended[np.argmax(self.d_end[ended])])
                 out.append((float(self.d_end[j]), ("dev", j), "synchronisation"))
-        prev = np.flatnonzero(
-            (self.h_thread == self.h_thread[h]) & (self.h_end <= self.h_start[h] + 1e-9)
-        )
-        if prev.size:
-            k = int(prev[np.argmax(self.h_end[prev])])
+        k = self._h_lane.last_ended(int(self.h_thread[h]), float(self.h_start[h]))
+        if k >= 0:
             out.append((float(self.h_end[k]), ("host", k), "host order"))
         return out
 

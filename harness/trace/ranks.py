@@ -246,26 +246,36 @@ def exposed_skew(a: Analysis, splits: list[CollectiveSplit]) -> dict[int, Skew]:
     return {step: dict(v) for step, v in out.items()}
 
 
+def _take(
+    new: dict[str, float], by_unit: dict[str, dict[str, float]], cause: str, want: float
+) -> float:
+    """Take up to `want` seconds from `cause` (and its units, in proportion); how much."""
+    held = new.get(cause, 0.0)
+    moved = min(want, held)
+    if moved <= 0:
+        return 0.0
+    new[cause] = held - moved
+    for unit in by_unit.get(cause, {}):
+        by_unit[cause][unit] *= 1 - moved / held
+    return moved
+
+
 def with_skew(step: StepAttribution, skew: Skew) -> StepAttribution:
-    """The step with its exposed waits for late ranks moved out of the exposed collective
-    of their kind (and out of its units, in proportion) into SKEW, whose by_unit names the
-    late rank. Never more than that cause holds: the causes still sum to the step."""
+    """The step with its exposed waits for late ranks moved into SKEW, whose by_unit names
+    the late rank: out of the exposed collective of their kind first, then out of the other
+    exposed collectives (the attribution may name a collective by the engine's range where
+    the trace names another: gloo's reduce-scatter is an all-reduce), each cause's units in
+    proportion. Never more than they hold: the causes still sum to the step."""
     new, by_unit = dict(step.causes), {c: dict(u) for c, u in step.by_unit.items()}
     late: dict[str, float] = defaultdict(float)
-    wanted: dict[str, float] = defaultdict(float)
-    for (_, kind), seconds in skew.items():
-        wanted[causes.exposed_comm(kind)] += seconds
-    for cause, want in wanted.items():
-        held = new.get(cause, 0.0)
-        moved = min(want, held)
-        if moved <= 0:
-            continue
-        new[cause] = held - moved
-        for unit in by_unit.get(cause, {}):
-            by_unit[cause][unit] *= 1 - moved / held
-        for (rank, kind), seconds in skew.items():
-            if causes.exposed_comm(kind) == cause:
-                late[f"rank {rank}"] += seconds * moved / want
+    exposed = [c for c in causes.EXPOSED_COMM if c != causes.COMM_SLOW]
+    for (rank, kind), want in sorted(skew.items(), key=lambda kv: -kv[1]):
+        own = causes.exposed_comm(kind)
+        moved = _take(new, by_unit, own, want)
+        for other in (c for c in exposed if c != own):
+            moved += _take(new, by_unit, other, want - moved)
+        late[f"rank {rank}"] += moved
+    late = {r: v for r, v in late.items() if v > 0}
     if not late:
         return step
     new[SKEW] = sum(late.values())

@@ -239,21 +239,27 @@ def _slowest(job: dict[str, Any]) -> str:
     return ", ".join(f"rank {r} in {n} of {steps} steps" for r, n in ranks.items())
 
 
-def _top(units: dict[str, float], floor: float) -> str:
+def _top(units: dict[str, float], floor: float, signed: bool = True) -> str:
     big = sorted(((u, v) for u, v in units.items() if abs(v) >= floor), key=lambda kv: -abs(kv[1]))
-    words = ", ".join(f"{u or '(no unit)'} {v:+.4f} s" for u, v in big[:UNITS_SHOWN])
+    fmt = "+.4f" if signed else ".4f"
+    words = ", ".join(f"{u or '(no unit)'} {v:{fmt}} s" for u, v in big[:UNITS_SHOWN])
     more = len(big) - UNITS_SHOWN
     return words + (f", and {more} more units" if more > 0 else "")
 
 
 def _unit_words(term: dict[str, Any], a: str, b: str, floor: float) -> str:
-    """Per unit where the jobs name units alike (or one names none); else each job's own
-    largest units (engines name their units differently: FSDP1's carry no name)."""
+    """Per unit where the jobs name units alike (or one has none of the cause); else each
+    job's own largest units (engines name their units differently: FSDP1's carry none)."""
     ua, ub = term["units_a"], term["units_b"]
-    if not ua or not ub or ua.keys() & ub.keys():
+    alike = bool(ua.keys() & ub.keys())
+    if alike or (not ua and not term["a_s"]) or (not ub and not term["b_s"]):
         words = _top(term["units"], floor)
         return f" [{words}]" if words else ""
-    sides = [f"{label}: {_top(u, floor)}" for label, u in ((b, ub), (a, ua)) if _top(u, floor)]
+    sides = [
+        f"{label} has {_top(u, floor, signed=False)}"
+        for label, u in ((b, ub), (a, ua))
+        if _top(u, floor)
+    ]
     return f" [{'; '.join(sides)}]" if sides else ""
 
 

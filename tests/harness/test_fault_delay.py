@@ -8,7 +8,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from harness.config import FaultConfig, JobConfig
 from harness.engines.registry import ENGINES
-from harness.fault_delay import DELAY_HOOKS, DELAY_RANGE, in_range
+from harness.rank.fault_delay import DELAY_HOOKS, DELAY_RANGE, in_range
 from harness.rank.faults import maybe_inject
 from harness.validate import validation_errors
 

@@ -25,7 +25,7 @@ def test_sync_events_are_asked_for_on_cuda_only(tmp_path, monkeypatch, use_cuda,
     monkeypatch.setattr(profiling, "profile", fake_profile)
     with pytest.raises(_Recorded):
         profiling.capture_profile(
-            lambda i: None, steps=1, warmup=0, out_dir=tmp_path, rank=0, world_size=1,
+            lambda i: None, steps=1, warmup=1, out_dir=tmp_path, rank=0, world_size=1,
             use_cuda=use_cuda, cuda_sync_events=flag,
         )  # fmt: skip
     config = seen["experimental_config"]

@@ -160,3 +160,17 @@ def test_one_rank_read_in_both_jobs(pair):
     assert why_lines(found)[0].startswith("fsdp1 +0.0006 s against yafsdp (traced, rank 1's step")
     with pytest.raises(WhyError, match="no step of rank 5"):
         why(fast, slow, attribute, rank=5)
+
+
+def test_units_named_differently_are_listed_per_job_not_subtracted():
+    def job(label):
+        return {"label": label, "step_s": 1.0, "slowest_ranks": {"0": 1}, "late_arrivals": []}
+
+    term = {"cause": AG, "description": "exposed all-gather", "delta_s": 0.1, "a_s": 0.2,
+            "b_s": 0.3, "units": {"1": -0.2, "": 0.3}, "units_a": {"1": 0.2},
+            "units_b": {"": 0.3}}  # fmt: skip
+    found = {"warnings": [], "a": job("yafsdp"), "b": job("fsdp1"), "difference_s": 0.1,
+             "timed_difference_s": 0.1, "terms": [term]}  # fmt: skip
+    line = why_lines(found)[0]
+    assert "[fsdp1 has (no unit) 0.3000 s; yafsdp has 1 0.2000 s]" in line
+    assert "-0.2000" not in line
