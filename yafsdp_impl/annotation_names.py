@@ -5,8 +5,9 @@ the engine does and to which unit: `yafsdp.<kind>.<unit>`, where kind is a colle
 (all_gather, reduce_scatter, all_reduce) or a unit's compute (forward, backward), and unit
 is `unit<N>` (the N-th unit in execution order), `resident` (the norms and parameters
 outside every unit) or `clip` (the all-reduce of the gradients' squared norm). Waits on a
-collective are `yafsdp.wait.<kind>.<unit>`, and the wait for everything still in flight is
-`yafsdp.wait.in_flight`.
+collective are `yafsdp.wait.<kind>.<unit>`, the wait for everything still in flight is
+`yafsdp.wait.in_flight`, and adding a reduced gradient into a unit's master gradient (with
+the step's one division and the shard's squared norm) is `yafsdp.shard_grad.<unit>`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def forward(index: int) -> str:
 def backward(index: int) -> str:
     """The range around unit `index`'s backward."""
     return f"{PREFIX}.backward.{unit_name(index)}"
+
+
+def shard_grad(unit: str) -> str:
+    """The range around adding a reduced gradient into the master gradient of `unit`."""
+    return f"{PREFIX}.shard_grad.{unit}"
 
 
 def wait_in_flight() -> str:

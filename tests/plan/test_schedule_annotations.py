@@ -53,8 +53,14 @@ def test_every_range_parses_to_what_the_schedule_issued(
 ) -> None:
     opened, s = _drive(grad_accum, monkeypatch)
     waits = [n for n in opened if n.startswith(f"{names.PREFIX}.wait.")]
-    parsed = [names.parse(n) for n in opened if n not in waits]
-    assert None not in parsed, [n for n in opened if n not in waits and names.parse(n) is None]
+    shard_grads = [n for n in opened if n.startswith(f"{names.PREFIX}.shard_grad.")]
+    others = [n for n in opened if n not in waits and n not in shard_grads]
+    parsed = [names.parse(n) for n in others]
+    assert None not in parsed, [n for n in others if names.parse(n) is None]
+    # every finished reduce-scatter's gradient is added into its master in a range of its own
+    rs_waits = [n.removeprefix(f"{names.PREFIX}.wait.reduce_scatter.") for n in waits
+                if n.startswith(f"{names.PREFIX}.wait.reduce_scatter.")]  # fmt: skip
+    assert shard_grads == [names.shard_grad(u) for u in rs_waits] and shard_grads
     collectives = [(k, u) for k, u in parsed if k in names.COLLECTIVES]  # type: ignore[misc]
 
     def unit_of(unit: str) -> str:  # the log names a unit as the layout does

@@ -26,6 +26,7 @@ from tests.trace.test_trace_attribute import N, _step
         ("yafsdp.reduce_scatter.resident", Role(ENGINE, "reduce_scatter", "resident")),
         ("yafsdp.wait.reduce_scatter.unit2", Role(ENGINE, "reduce_scatter", "2")),
         ("yafsdp.wait.in_flight", Role(ENGINE, "", "")),
+        ("yafsdp.shard_grad.unit2", Role(ENGINE, "", "")),
         ("yafsdp.forward.unit0", Role(MODEL, "forward", "0")),
         ("yafsdp.backward.unit5", Role(MODEL, "backward", "5")),
         ("FSDP::all_gather (layers.3)", Role(ENGINE, "all_gather", "layers.3")),
