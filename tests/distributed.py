@@ -12,20 +12,18 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness.ports import free_port
 
-
-def _entry(rank: int, fn: Callable, world_size: int, port: int, out_dir: str, args: tuple) -> None:
+def _entry(rank: int, fn: Callable, world_size: int, out_dir: str, args: tuple) -> None:
     os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size),
     )
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # A file rendezvous: no port to race for, and nothing of the harness needed.
+    rendezvous = f"file://{os.path.join(out_dir, 'rendezvous')}"
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world_size)
     out = os.path.join(out_dir, f"{rank}.pt")
     try:
         torch.save({"ok": True, "result": fn(rank, world_size, *args)}, out)
@@ -49,7 +47,7 @@ def run_on_ranks(
         try:
             mp.start_processes(
                 _entry,
-                args=(fn, world_size, free_port(), out_dir, args),
+                args=(fn, world_size, out_dir, args),
                 nprocs=world_size,
                 start_method=start_method,
             )

@@ -48,7 +48,15 @@ def test_the_engine_imports_only_torch_the_standard_library_and_itself() -> None
 
 def test_the_engine_and_its_tests_import_nothing_from_the_harness() -> None:
     assert of_harness(imports(ROOT / "yafsdp_impl")) == []
-    assert of_harness(imports(ROOT / "tests" / "engine")) == []
+    engine_tests = imports(ROOT / "tests" / "engine")
+    assert of_harness(engine_tests) == []
+    # nor through the test helpers they share with the harness's tests
+    helpers = {
+        m for _, m in engine_tests if m.startswith("tests.") and not m.startswith("tests.engine")
+    }
+    for helper in sorted(helpers):
+        path = ROOT / (helper.replace(".", "/") + ".py")
+        assert of_harness([(helper, m) for m in imports_of(path)]) == [], helper
 
 
 def test_the_guard_sees_every_kind_of_import(tmp_path: Path) -> None:
