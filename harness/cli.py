@@ -31,6 +31,7 @@ from harness.slurm import register_plugin
 from harness.sweep import callbacks
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, acquire
+from harness.sweep.order import register_sweeper
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -43,6 +44,7 @@ OmegaConf.register_new_resolver(
 )
 
 register_plugin()  # hydra/launcher=slurm, also from a source checkout
+register_sweeper()  # hydra/sweeper=alternating, the default
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")

@@ -16,14 +16,29 @@ from harness.jobdir.result import CorruptResultError, Result
 
 # Fields added after results were first recorded, with the value those results ran with:
 # an older result.json without the field is read as having it (resume, the report).
-FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
+FIELDS_ADDED_LATER = {
+    "model_impl": "native",
+    "engine.memory_budget_gb": 0.0,
+    "repeat": 0,
+    "repeats": 1,
+}
 
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
 # a stored result's config with the requested one, and the report never tells jobs apart by
 # them. Everything else in the config counts.
 # device_spec holds the planner's figures: they change predictions, never a measurement.
+# repeats says how many runs the sweep asks for: a run already measured stands whatever
+# their number (`repeat`, which run a job is, is in its directory's name and counts).
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
+    {
+        "dry_run",
+        "quiet",
+        "verbose",
+        "job_timeout_s",
+        "collective_timeout_s",
+        "device_spec",
+        "repeats",
+    }
 )
 
 
