@@ -52,7 +52,8 @@ def test_published_table_exact_shape_and_speedup_arithmetic(tmp_path: Path) -> N
         HEADER,
         SEPARATOR,
         # (2.5 - 2.0) / 2.5 = 20%; spread = yafsdp's p90-p10 (2.06 - 1.94) / 2.5 = 4.80%.
-        "| Llama 2 7B | 64 | 2048 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) | 2.000 | 2.500 |",
+        "| Llama 2 7B | 64 | 2048 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
+        "| 2.000 | 2.500 |",
     ]
 
 
@@ -160,7 +161,8 @@ def test_missing_baseline_points_show_a_dash_and_a_note(tmp_path: Path) -> None:
     text = render(sweep, tmp_path)
     fsdp1 = table_after(text, "### YaFSDP vs FSDP1")[2:]
     assert fsdp1 == [
-        "| llama_tiny | 2 | 128 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) | 0.8000 | 1.000 |",
+        "| llama_tiny | 2 | 128 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
+        "| 0.8000 | 1.000 |",
         "| llama_tiny | 2 | 256 | 0 | — | 0.8000 | — |",
     ]
     assert "fsdp1 is missing at 1 of 2 points" in text
@@ -337,7 +339,10 @@ def test_combined_sweeps_prefer_ok_runs_and_label_jobs(tmp_path: Path) -> None:
     write_job(second, "0", engine="yafsdp", step_times=[0.5] * 5)
     out = tmp_path / "out"
     text = build_report([first, second], out).read_text()
-    assert "| llama_tiny | 2 | 128 | 0 | 50.00%, 1 repeat (run-to-run noise not measured) | 0.5000 | 1.000 |" in text
+    assert (
+        "| llama_tiny | 2 | 128 | 0 | 50.00%, 1 repeat (run-to-run noise not measured) "
+        "| 0.5000 | 1.000 |"
+    ) in text
     assert "| `a/0` | llama_tiny | 2 | 128 | 0 | yafsdp | timeout | job wall-clock limit |" in text
     assert "engine yafsdp: 2 runs; using b/0 (ignored: a/0)" in text
     combined = pd.read_csv(out / "results.csv")
