@@ -100,8 +100,14 @@ def test_uneven_gpu_conditions_are_named() -> None:
 
     assert uneven_interference([job(), job(throttle_reasons=["gpu_idle"])]) is None
     reason = uneven_interference(
-        [job(), job(other_processes=2, sm_clock_mhz_median=1500.0,
-                    throttle_reasons=["sw_thermal_slowdown"])]  # fmt: skip
+        [
+            job(),
+            job(
+                other_processes=2,
+                sm_clock_mhz_median=1500.0,
+                throttle_reasons=["sw_thermal_slowdown"],
+            ),
+        ]  # fmt: skip
     )
     assert reason == (
         "other processes on the GPUs in some runs only (up to 2); median SM clock 1500 to "
