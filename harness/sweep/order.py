@@ -38,8 +38,8 @@ def is_compared(override: str) -> bool:
 
 
 def point_of(job: Sequence[str]) -> tuple[str, ...]:
-    """The overrides that place a job at its grid point: all but the engine's."""
-    return tuple(o for o in job if not is_compared(o))
+    """The overrides that place a job at its grid point: all but the engine's and `repeat`."""
+    return tuple(o for o in job if not is_compared(o) and override_key(o) != REPEAT)
 
 
 def alternate(jobs: Iterable[Sequence[str]], repeats: int) -> list[list[str]]:
