@@ -29,6 +29,31 @@ from harness.results.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.results.table import CONFIG_PREFIX
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
+
+
+def twin_labels(df: pd.DataFrame) -> list[str]:
+    """Labels the registry lacks under which YaFSDP itself ran (an A/A check,
+    `engine=yafsdp engine.label=<another name>`, as `experiment=aa_check` runs): compared
+    with YaFSDP like a baseline, any speedup they show is noise."""
+    if df.empty or "engine_name" not in df:
+        return []
+    return sorted(
+        str(label)
+        for label, group in df.groupby("engine")
+        if label not in ENGINES and (group["engine_name"] == YAFSDP).all()
+    )
+
+
+def baseline_title(label: str) -> str:
+    """The heading of a comparison with YaFSDP: a baseline's title, or an A/A twin's."""
+    if label in BASELINE_TITLES:
+        return BASELINE_TITLES[label]
+    return (
+        f"YaFSDP again, as `{label}` (A/A check: the same engine and config under a second "
+        "label, so every speedup here is noise)"
+    )
+
+
 # The YaFSDP README's row order: the published models by family and size, then the
 # CPU-sized members of the same family, as `harness.models.shapes` lists them.
 MODEL_ORDER = tuple(MODEL_SHAPES)

@@ -11,13 +11,13 @@ import math
 import pandas as pd
 
 from harness.report.compare import (
-    BASELINE_TITLES,
     BASELINES,
     LOSS_RTOL,
     STATUS_CELL,
     YAFSDP,
     LossParity,
     Speedup,
+    baseline_title,
     metric,
     point_label,
 )
@@ -119,18 +119,43 @@ def published_tables(r: ReportJobs, pictures: Pictures) -> list[str]:
         )
     blocks.append(NOISE_LEGEND)
     for baseline in present:
-        blocks.append(f"### YaFSDP vs {BASELINE_TITLES[baseline]}")
+        blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
             blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows))]
             gaps = _gaps(rows, baseline)
             if gaps:
                 blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
             blocks += noise_notes(rows)
+            if baseline not in BASELINES:
+                blocks.append(aa_verdict(rows))
             link = pictures.speedup.get((baseline, setting))
             if link:
                 blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
             blocks += why_block(rows, baseline)
     return blocks
+
+
+def aa_verdict(rows: list[Speedup]) -> str:
+    """An A/A check's verdict: the same job under two labels must not differ."""
+    measured = [r for r in rows if r.significant is not None]
+    hits = [r for r in measured if r.significant]
+    if not measured:
+        return (
+            "**A/A verdict: not measured** (no point has 2 or more repeats on both labels; "
+            "run with repeats>=2)."
+        )
+    if not hits:
+        return (
+            f"**A/A verdict: not significant** at all {len(measured)} point(s): the same "
+            "engine under two labels showed no difference beyond run-to-run noise, as it "
+            "must."
+        )
+    return (
+        f"**A/A verdict: significant at {len(hits)} of {len(measured)} point(s)**: the same "
+        "engine differed from itself. About 1 point in 20 does so by chance at 95% "
+        "confidence; more means this machine's noise is not what the interval assumes "
+        "(drift within a point, say), and its verdicts should not be trusted."
+    )
 
 
 def noise_notes(rows: list[Speedup]) -> list[str]:

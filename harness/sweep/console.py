@@ -27,7 +27,7 @@ from harness.jobdir.result import Result
 from harness.results.grid_point import POINT_COLUMNS
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
-LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "point", "repeat"})
+LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "engine.label", "point", "repeat"})
 
 
 def clock(seconds: float) -> str:
