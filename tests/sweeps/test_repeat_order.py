@@ -108,3 +108,17 @@ def test_a_sweep_with_bad_repeats_is_refused_before_any_job(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert "refused: repeats=0 must be a whole number of at least 1" in proc.stderr
     assert not list(sweep.glob("*/result.json")) and not list(sweep.glob("*/.hydra"))
+
+
+def test_a_stored_run_stands_whatever_the_number_of_repeats_but_not_for_another_run(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import asdict
+
+    from harness.job.resume import rerun_reason
+    from harness.jobdir.result import make_result, write_result
+
+    write_result(tmp_path, make_result(status="ok", config=asdict(JobConfig(repeats=1))))
+    assert rerun_reason(tmp_path, asdict(JobConfig(repeats=3))) is None
+    reason = rerun_reason(tmp_path, asdict(JobConfig(repeats=3, repeat=1)))
+    assert reason is not None and "repeat: 0 -> 1" in reason
