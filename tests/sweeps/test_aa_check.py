@@ -38,7 +38,7 @@ def test_the_same_engine_under_two_labels_is_not_significantly_different(
     assert "### YaFSDP vs YaFSDP again, as `yafsdp_aa`" in text
     assert "**A/A verdict: not significant** at all 1 point(s)" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| llama_tiny | 2 | 64 | 0 | "))
-    assert ", 2 repeats, n.s. |" in row
+    assert ", 2 repeats, n.s." in row
     # Every job recorded what else loaded the machine while it ran.
     for path in (tmp_path / "first").glob("*/result.json"):
         record = json.loads(path.read_text())["metrics"]["interference"]
