@@ -119,7 +119,8 @@ def as_int(v: Any) -> Any:
 
 
 def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the README order: model family/size, gpus, seq-len, ckpt layers, then engine."""
+    """Rows in the README order: model family/size, gpus, seq-len, ckpt layers, engine, then
+    repeat."""
     if df.empty:
         return df
     keys = pd.DataFrame(
@@ -129,10 +130,11 @@ def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
             "_s": pd.to_numeric(df["seq_len"], errors="coerce"),
             "_c": pd.to_numeric(df["ckpt_layers"], errors="coerce"),
             "_e": [engine_rank(e) for e in df["engine"]],
+            "_r": [repeat_of(row) for _, row in df.iterrows()],
         },
         index=df.index,
     )
-    order = keys.sort_values(["_m", "_g", "_s", "_c", "_e"], kind="stable").index
+    order = keys.sort_values(["_m", "_g", "_s", "_c", "_e", "_r"], kind="stable").index
     return df.loc[order]
 
 

@@ -67,7 +67,7 @@ def test_report_cells_carry_the_interval_the_repeats_and_the_verdict(tmp_path: P
     times = {"yafsdp": [0.90, 0.88, 0.92], "fsdp1": [1.0, 1.0, 1.0]}
     for engine, runs in times.items():
         for r, t in enumerate(runs):
-            write_job(sweep, f"{engine}{r}", engine=engine, repeat=r, repeats=3,
+            write_job(sweep, f"{engine}{2 - r}", engine=engine, repeat=r, repeats=3,
                       step_times=[t] * 5)  # fmt: skip
     # a second point where the repeats disagree in sign: not significant
     for r, (ty, tf) in enumerate([(0.9, 1.0), (1.05, 1.0), (0.97, 1.0)]):
@@ -85,7 +85,14 @@ def test_report_cells_carry_the_interval_the_repeats_and_the_verdict(tmp_path: P
     assert "**Run-to-run noise was not measured**" not in text
     assert "Duplicate runs" not in text, "a sweep's repeats are not duplicates"
     timing = text.split("## Iteration time and noise")[1].split("##")[0]
-    assert "| engine | repeat |" in timing  # one row per run, each named
+    assert "| engine | repeat |" in timing  # one row per run, each named, in repeat order
+    runs = [
+        ln.split(" | ")[4:6]
+        for ln in timing.splitlines()
+        if ln.startswith("| llama_tiny | 2 | 128")
+    ]
+    assert runs == [["yafsdp", "0"], ["yafsdp", "1"], ["yafsdp", "2"],
+                    ["fsdp1", "0"], ["fsdp1", "1"], ["fsdp1", "2"]]  # fmt: skip
 
 
 def test_one_repeat_is_never_a_verdict(tmp_path: Path) -> None:
