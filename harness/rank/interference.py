@@ -48,7 +48,7 @@ class Window:
     load1_end: float | None = None
 
     @classmethod
-    def start(cls, device: torch.device, gpu: GpuWatch | None = None) -> Window:
+    def start(cls, gpu: GpuWatch | None = None) -> Window:
         if gpu is not None:
             gpu.sample()
         return cls(time.perf_counter(), cpu_load.node_busy_s(), cpu_load.own_cpu_s(),

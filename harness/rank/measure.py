@@ -120,7 +120,7 @@ def timed_steps(run: Run, report: Report) -> Timed:
     rss_scope = "timed steps" if reset_peak_rss() else "process lifetime"
     step_times: list[float] = []
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", run.session.world_size))
-    window = Window.start(device, open_gpu_watch(device, local_world))
+    window = Window.start(open_gpu_watch(device, local_world))
     for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
         report(f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
         synchronize(device)
