@@ -116,3 +116,33 @@ def test_uneven_gpu_conditions_are_named() -> None:
     assert uneven_interference([job(), {"interference": None}]) is None  # one record only
     assert "SM 1980 MHz" in interference_cell(job())
     assert interference_cell({"interference": {"gpu": {"unavailable": "x"}}}) == "GPU not watched"
+
+
+def test_the_job_record_reduces_cpu_and_gpu_readings_across_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One gloo rank stands for the job: the record's arithmetic and its GPU fields."""
+    import torch
+    import torch.distributed as dist
+
+    from harness.rank.interference import Window, reduce_interference
+
+    fake = FakeNvml([1980, 1500], [0x0, 0x20], [[10], [10, 77]])
+    watch = watch_with(monkeypatch, fake, {10})
+    window = Window.start(watch)
+    window.after_step()
+    window.stop()
+    window.wall_s, window.node_busy_delta_s, window.own_delta_s = 2.0, 3.0, 1.0
+    monkeypatch.setattr(cpu_load, "node_cpus", lambda: 2)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        record = reduce_interference(window, torch.device("cpu"), local_rank=0)
+    finally:
+        dist.destroy_process_group()
+    assert record["cpus"] == 2 and record["own_cpu_s"] == 1.0
+    assert record["other_cpu_s"] == 2.0 and record["other_cpu_share"] == 0.5  # 2 s of 2x2 s
+    assert record["gpu"] == {
+        "sm_clock_mhz_min": 1500.0, "sm_clock_mhz_median": 1740.0, "sm_clock_mhz_max": 1980.0,
+        "other_processes": 1, "other_memory_bytes": 2**30,
+        "throttle_reasons": ["sw_thermal_slowdown"],
+    }  # fmt: skip
