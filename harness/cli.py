@@ -57,6 +57,12 @@ def run(cfg: DictConfig) -> Result | None:
     if in_distributed_env():  # one rank of a SLURM job: the submitter decides the result
         return run_in_existing_env(job_cfg, job_dir)
     single = hydra_cfg.mode == RunMode.RUN
+    if single and job_cfg.repeats > 1 and not job_cfg.quiet:
+        print(
+            f"[harness] note: repeats={job_cfg.repeats} runs each job {job_cfg.repeats} times "
+            f"in a multirun (-m); this single run is run {job_cfg.repeat} of them",
+            file=sys.stderr,
+        )
     if single and not job_cfg.dry_run:
         try:
             acquire(job_dir, what="job directory")  # held until this process exits

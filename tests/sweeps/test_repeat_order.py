@@ -122,3 +122,12 @@ def test_a_stored_run_stands_whatever_the_number_of_repeats_but_not_for_another_
     assert rerun_reason(tmp_path, asdict(JobConfig(repeats=3))) is None
     reason = rerun_reason(tmp_path, asdict(JobConfig(repeats=3, repeat=1)))
     assert reason is not None and "repeat: 0 -> 1" in reason
+
+
+def test_a_single_run_with_repeats_says_it_is_one_run_of_them(tmp_path: Path) -> None:
+    proc = run_module("harness", "model=llama_tiny", "repeats=3", "dry_run=true",
+                      f"hydra.run.dir={tmp_path / 'one'}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "repeats=3 runs each job 3 times in a multirun (-m); this single run is run 0" in (
+        proc.stderr
+    )
