@@ -31,6 +31,7 @@ from harness.slurm import register_plugin
 from harness.sweep import callbacks
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, acquire
+from harness.sweep.order import register_sweeper
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -43,6 +44,7 @@ OmegaConf.register_new_resolver(
 )
 
 register_plugin()  # hydra/launcher=slurm, also from a source checkout
+register_sweeper()  # hydra/sweeper=alternating, the default
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")
@@ -55,6 +57,12 @@ def run(cfg: DictConfig) -> Result | None:
     if in_distributed_env():  # one rank of a SLURM job: the submitter decides the result
         return run_in_existing_env(job_cfg, job_dir)
     single = hydra_cfg.mode == RunMode.RUN
+    if single and job_cfg.repeats > 1 and not job_cfg.quiet:
+        print(
+            f"[harness] note: repeats={job_cfg.repeats} runs each job {job_cfg.repeats} times "
+            f"in a multirun (-m); this single run is run {job_cfg.repeat} of them",
+            file=sys.stderr,
+        )
     if single and not job_cfg.dry_run:
         try:
             acquire(job_dir, what="job directory")  # held until this process exits

@@ -136,6 +136,11 @@ class JobConfig:
     warmup_steps: int = 2
     steps: int = 5
     seed: int = 0
+    # Run each job this many times at its grid point, each run its own job directory and
+    # result row; a sweep alternates the engines within a point (A B A B ...), see
+    # harness.sweep.order. `repeat` is which run this job is (0-based), set by the sweep.
+    repeats: int = 1
+    repeat: int = 0
     lr: float = 3e-4
     adamw_impl: str = "fused"  # one of ADAMW_IMPLS, the same for every engine
     clip_grad_norm: float = 1.0  # max global gradient L2 norm, inside the timed step; 0: off

@@ -107,6 +107,7 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     for field in ("warmup_steps", "ckpt_layers", "memory_limit_gb", "device_memory_gb"):
         if getattr(cfg, field) < 0:
             errors.append(f"{field}={getattr(cfg, field)} must be 0 or more")
+    errors.extend(repeat_errors(cfg.repeats, cfg.repeat))
     if cfg.threads_per_rank < 0:
         errors.append(f"threads_per_rank={cfg.threads_per_rank} must be 0 (cores / ranks) or more")
     for field in ("job_timeout_s", "collective_timeout_s"):
@@ -148,6 +149,22 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     if cfg.device_memory_gb > 0:
         errors.extend(_fit_errors(cfg, shape.num_params()))
     return errors
+
+
+def repeat_errors(repeats: object, repeat: object = 0) -> list[str]:
+    """`repeats` (runs of each job) must be a whole number >= 1, and `repeat` (which run
+    this is, set by the sweep) one of 0..repeats-1."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        return [
+            f"repeats={repeats} must be a whole number of at least 1 (the runs of each job "
+            "at its grid point); use repeats=1 for one run, repeats=3 to measure run-to-run noise"
+        ]
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat < repeats:
+        return [
+            f"repeat={repeat} is not one of the {repeats} run(s) 0..{repeats - 1}; the sweep sets "
+            "repeat itself: drop it and set repeats=N"
+        ]
+    return []
 
 
 def _hf_shape(cfg: JobConfig, errors: list[str]) -> ModelShape | None:

@@ -18,6 +18,10 @@ from harness.jobdir.recorded_config import FIELDS_ADDED_LATER
 POINT_COLUMNS = ["model", "gpus", "seq_len", "ckpt_layers"]
 SETTING_COLUMNS = ["micro_batch", "grad_accum", "dtype", "seed", "model_impl"]
 MATCH_COLUMNS = POINT_COLUMNS + SETTING_COLUMNS
+# Which run of a job a row is (`repeats=N` runs each job N times). A key of a row beside the
+# engine, never part of what matches jobs (a point's repeats are compared with one another)
+# and never a variant of the config.
+REPEAT_COLUMN = "repeat"
 
 
 def _cell(value: Any) -> Any:

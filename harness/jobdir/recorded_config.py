@@ -23,14 +23,26 @@ FIELDS_ADDED_LATER = {
     "fault.ms": 0.0,
     # the profiled pass never feeds the timings: an older result stands for a new request
     "profile.cuda_sync_events": True,
+    "repeat": 0,
+    "repeats": 1,
 }
 
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
 # a stored result's config with the requested one, and the report never tells jobs apart by
 # them. Everything else in the config counts.
 # device_spec holds the planner's figures: they change predictions, never a measurement.
+# repeats says how many runs the sweep asks for: a run already measured stands whatever
+# their number (`repeat`, which run a job is, is in its directory's name and counts).
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
+    {
+        "dry_run",
+        "quiet",
+        "verbose",
+        "job_timeout_s",
+        "collective_timeout_s",
+        "device_spec",
+        "repeats",
+    }
 )
 
 

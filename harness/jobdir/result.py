@@ -18,7 +18,10 @@ Layout (schema_version 1):
              memory_source, memory_breakdown (dict|None), losses (one per warm-up and timed
              step), grad_norms (the global gradient norm of each of those steps before
              clipping; None when clipping is off),
-             loss_steps (the step index of each loss),
+             loss_steps (the step index of each loss), bandwidth, predicted,
+             interference (what else loaded the machine during the timed steps: other
+             processes' CPU time and share, load average, GPU clocks, throttling and
+             other processes; see harness.rank.interference),
     profile  None, or {traces: [paths relative to the job dir]}; older results may also
              hold steps and summary. harness.results.table summarises the traces themselves.
     engine_settings  the engine's effective settings, flat (None for a job that never
@@ -160,6 +163,8 @@ class Metrics(_Record):
     grad_norms: list[float | None] | None = _field(NUMBERS)
     bandwidth: dict[str, Any] | None = _field(OBJECT)  # probe_bandwidth: bus GB/s measured
     predicted: dict[str, Any] | None = _field(OBJECT)  # the planner's row for this job
+    # what else loaded the machine during the timed steps (harness.rank.interference)
+    interference: dict[str, Any] | None = _field(OBJECT)
     extra: dict[str, Any] = field(default_factory=dict)
     nulls: frozenset[str] = frozenset()
     LAYOUT: ClassVar[str] = "metrics"

@@ -64,6 +64,15 @@ class PlanRow:
         }
 
 
+def planned_label(cfg: JobConfig) -> str:
+    """The registry label the planner models a job as: its own, or where the registry
+    lacks it (an A/A check's second name for an engine) its adapter's own label."""
+    from harness.engines.registry import ENGINES
+
+    label = cfg.engine.label
+    return label if label in ENGINES or cfg.engine.name not in ENGINES else cfg.engine.name
+
+
 def memory_case(
     cfg: JobConfig,
     ckpt_layers: int | None = None,
@@ -75,7 +84,7 @@ def memory_case(
     buffer plan is chosen for it), unless `with_budget` is off."""
     case = MemoryCase(
         model=cfg.model,
-        engine=cfg.engine.label,
+        engine=planned_label(cfg),
         world_size=cfg.gpus,
         seq_len=cfg.seq_len,
         ckpt_layers=cfg.ckpt_layers if ckpt_layers is None else ckpt_layers,
@@ -181,7 +190,7 @@ def _three(values: list[float]) -> tuple[float, float, float]:
 def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
     return TimeCase(
         model=cfg.model,
-        engine=cfg.engine.label,
+        engine=planned_label(cfg),
         world_size=cfg.gpus,
         seq_len=cfg.seq_len,
         ckpt_layers=cfg.ckpt_layers,

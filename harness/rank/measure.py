@@ -7,6 +7,7 @@ encloses only the steps themselves.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, field, fields
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from harness.config import JobConfig
 from harness.placement import synchronize
 from harness.rank.faults import maybe_inject
+from harness.rank.interference import Window, open_gpu_watch
 from harness.rank.memory_peaks import (
     check_limit,
     cpu_peak_allocated,
@@ -103,6 +105,7 @@ class Timed:
     step_times_s: list[float]  # this rank's
     peak_rss: int
     rss_scope: str
+    window: Window | None = None  # what else loaded the machine meanwhile
 
 
 def timed_steps(run: Run, report: Report) -> Timed:
@@ -112,6 +115,8 @@ def timed_steps(run: Run, report: Report) -> Timed:
     cfg, device = run.session.cfg, run.session.device
     rss_scope = "timed steps" if reset_peak_rss() else "process lifetime"
     step_times: list[float] = []
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", run.session.world_size))
+    window = Window.start(open_gpu_watch(device, local_world))
     for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
         report(f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
         synchronize(device)
@@ -119,7 +124,8 @@ def timed_steps(run: Run, report: Report) -> Timed:
         run.step(s)
         synchronize(device)
         step_times.append(time.perf_counter() - start)
-    return Timed(step_times, peak_rss_bytes(), rss_scope)
+        window.after_step()  # outside the timer
+    return Timed(step_times, peak_rss_bytes(), rss_scope, window.stop())
 
 
 @dataclass(frozen=True, kw_only=True)

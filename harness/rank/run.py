@@ -20,6 +20,7 @@ from harness.jobdir.result import Metrics, Profile, Result, typed_fields, write_
 from harness.placement import Placement
 from harness.rank import measure, metrics
 from harness.rank.environment import describe_environment
+from harness.rank.interference import reduce_interference
 from harness.rank.session import Session
 from harness.rank.train_step import optimizer_description
 
@@ -69,12 +70,20 @@ def train(cfg: JobConfig, job_dir: Path, place: Placement) -> Result | None:
     warmed = measure.build_and_warm_up(cfg, rank, place.world_size, device, report)
     timed = measure.timed_steps(warmed.run, report)
     reduced = measure.reduce_across_ranks(warmed, timed)
+    interference = None
+    if timed.window is not None:  # a collective, before the profiled pass (as the above)
+        interference = reduce_interference(timed.window, device, place.local_rank)
     profile = measure.profiled_pass(warmed.run, job_dir, report)
     if rank != 0:
         return None
     session = warmed.run.session
     job_metrics = _metrics(cfg, session, reduced, timed.rss_scope, peak_flops)
-    job_metrics = replace(job_metrics, bandwidth=bandwidth, predicted=_predicted(place.job(cfg)))
+    job_metrics = replace(
+        job_metrics,
+        bandwidth=bandwidth,
+        predicted=_predicted(place.job(cfg)),
+        interference=interference,
+    )
     result = Result(
         status="ok",
         config=asdict(cfg),

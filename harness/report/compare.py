@@ -1,5 +1,9 @@
 """Matched comparisons over the results table: speedups with their noise, loss parity.
 
+A grid point may hold several runs of each engine (`repeats=N`, told apart by the
+`repeat` column): the speedup is measured per repeat and comes with an interval over them
+(harness.report.significance); loss parity is checked within each repeat.
+
 Pure functions over the `harness.results.table` DataFrame (no torch, no plotting), so each rule
 is testable on a hand-made table.
 """
@@ -9,19 +13,47 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import pandas as pd
 
 from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
-from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint
+from harness.jobdir.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.jobdir.recorded_config import is_neutral
 from harness.jobdir.result import Metrics, typed_fields
 from harness.models.shapes import MODEL_SHAPES
+from harness.report.interference import uneven_interference
+from harness.report.significance import Estimate, paired_speedup
 from harness.results.table import CONFIG_PREFIX
 
 BASELINE_TITLES = {label: ENGINES[label].title for label in BASELINES}
+
+
+def twin_labels(df: pd.DataFrame) -> list[str]:
+    """Labels the registry lacks under which YaFSDP itself ran (an A/A check,
+    `engine=yafsdp engine.label=<another name>`, as `experiment=aa_check` runs): compared
+    with YaFSDP like a baseline, any speedup they show is noise."""
+    if df.empty or "engine_name" not in df:
+        return []
+    return sorted(
+        str(label)
+        for label, group in df.groupby("engine")
+        if label not in ENGINES and (group["engine_name"] == YAFSDP).all()
+    )
+
+
+def baseline_title(label: str) -> str:
+    """The heading of a comparison with YaFSDP: a baseline's title, or an A/A twin's."""
+    if label in BASELINE_TITLES:
+        return BASELINE_TITLES[label]
+    return (
+        f"YaFSDP again, as `{label}` (A/A check: the same engine and config under a second "
+        "label, so every speedup here is noise)"
+    )
+
+
 # The YaFSDP README's row order: the published models by family and size, then the
 # CPU-sized members of the same family, as `harness.models.shapes` lists them.
 MODEL_ORDER = tuple(MODEL_SHAPES)
@@ -87,7 +119,8 @@ def as_int(v: Any) -> Any:
 
 
 def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the README order: model family/size, gpus, seq-len, ckpt layers, then engine."""
+    """Rows in the README order: model family/size, gpus, seq-len, ckpt layers, engine, then
+    repeat."""
     if df.empty:
         return df
     keys = pd.DataFrame(
@@ -97,15 +130,22 @@ def sort_jobs(df: pd.DataFrame) -> pd.DataFrame:
             "_s": pd.to_numeric(df["seq_len"], errors="coerce"),
             "_c": pd.to_numeric(df["ckpt_layers"], errors="coerce"),
             "_e": [engine_rank(e) for e in df["engine"]],
+            "_r": [repeat_of(row) for _, row in df.iterrows()],
         },
         index=df.index,
     )
-    order = keys.sort_values(["_m", "_g", "_s", "_c", "_e"], kind="stable").index
+    order = keys.sort_values(["_m", "_g", "_s", "_c", "_e", "_r"], kind="stable").index
     return df.loc[order]
 
 
 def engine_rank(label: str) -> tuple[int, str]:
     return engine_order(str(label))
+
+
+def repeat_of(row: pd.Series) -> int:
+    """Which run of its job a row is (0 for a job from a sweep without repeats)."""
+    found = value(row, REPEAT_COLUMN)
+    return int(found) if found is not None else 0
 
 
 def match_key(row: pd.Series) -> GridPoint:
@@ -119,7 +159,7 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     An engine knob (`config.engine.*`) counts only when it varies within one engine label:
     fsdp2 and fsdp2_tuned differ by design and are told apart by their label.
     """
-    fixed = {CONFIG_PREFIX + c for c in MATCH_COLUMNS} | {
+    fixed = {CONFIG_PREFIX + c for c in [*MATCH_COLUMNS, REPEAT_COLUMN]} | {
         CONFIG_PREFIX + "engine.name",
         CONFIG_PREFIX + "engine.label",
     }
@@ -152,26 +192,29 @@ def point_label(key: GridPoint) -> str:
 
 
 def select_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """One job per (grid point, engine): an ok run over a failed one, then the latest listed.
+    """One job per (grid point, engine, repeat): an ok run over a failed one, then the
+    latest listed.
 
-    Repeats happen when sweeps are combined or a grid point was rerun; the notes say which.
+    Duplicates happen when sweeps are combined or a grid point was rerun; the notes say
+    which. (A sweep's own repeats are different keys, not duplicates.)
     """
     if df.empty:
         return df, []
-    groups: dict[tuple[GridPoint, str], list] = {}
+    groups: dict[tuple[GridPoint, str, int], list] = {}
     for idx, row in df.iterrows():
-        groups.setdefault((match_key(row), str(row["engine"])), []).append(idx)
+        groups.setdefault((match_key(row), str(row["engine"]), repeat_of(row)), []).append(idx)
     notes = []
     keep = []
-    for (key, engine), indices in groups.items():
+    for (key, engine, repeat), indices in groups.items():
         group = df.loc[indices]
         ok = group[group["status"] == "ok"]
         chosen = (ok if not ok.empty else group).iloc[-1]  # rows keep the sweeps' order
         keep.append(chosen.name)
         if len(group) > 1:
             others = ", ".join(str(j) for j in group["job_label"] if j != chosen["job_label"])
+            which = f", repeat {repeat}" if repeat else ""
             notes.append(
-                f"{point_label(key)}, engine {engine}: {len(group)} runs; "
+                f"{point_label(key)}, engine {engine}{which}: {len(group)} runs; "
                 f"using {chosen['job_label']} (ignored: {others})"
             )
     return df.loc[sorted(keep)], notes
@@ -195,6 +238,7 @@ class LossParity:
     rel_diff: float
     rtol: float
     note: str = ""
+    repeat: int = 0  # the run compared: each repeat with the reference's run of that repeat
 
     @property
     def mismatch(self) -> bool:
@@ -202,42 +246,55 @@ class LossParity:
 
 
 def loss_parity(df: pd.DataFrame) -> list[LossParity]:
-    """Compare every ok job's loss curve with the reference engine's at the same grid point.
+    """Compare every ok job's loss curve with the reference engine's at the same grid point
+    and repeat.
 
     The reference is yafsdp where it ran, else the first engine in table order.
     """
     out = []
     ok = df[df["status"] == "ok"]
-    for key, group in _by_point(ok):
-        curves = {r["engine"]: (r, losses_of(r)) for _, r in group.iterrows()}
-        curves = {e: c for e, c in curves.items() if c[1]}
-        if len(curves) < 2:
-            continue
-        engines = sorted(curves, key=engine_rank)
-        ref = engines[0]
-        ref_losses = curves[ref][1]
-        rtol = LOSS_RTOL.get(str(key.setting.dtype), DEFAULT_LOSS_RTOL)
-        for engine in engines[1:]:
-            losses = curves[engine][1]
-            n = min(len(losses), len(ref_losses))
-            note = (
-                ""
-                if len(losses) == len(ref_losses)
-                else (f"curves differ in length ({len(losses)} vs {len(ref_losses)} steps)")
-            )
-            worst = (0.0, 0, 0.0)
-            for step in range(n):
-                a, b = losses[step], ref_losses[step]
-                if not (math.isfinite(a) and math.isfinite(b)):
-                    # A diverged run cannot be matched with anything, even another diverged one.
-                    worst = (math.nan, step, math.nan)
-                    note = f"non-finite loss at step {step} ({engine} {a}, {ref} {b})"
-                    break
-                diff = abs(a - b)
-                rel = diff / max(abs(a), abs(b), 1e-12)
-                if rel > worst[2]:
-                    worst = (diff, step, rel)
-            out.append(LossParity(key, engine, ref, n, worst[0], worst[1], worst[2], rtol, note))
+    for key, point in _by_point(ok):
+        repeats: dict[int, list] = {}
+        for idx, row in point.iterrows():
+            repeats.setdefault(repeat_of(row), []).append(idx)
+        for repeat, indices in sorted(repeats.items()):
+            out += _parity_at(key, repeat, point.loc[indices])
+    return out
+
+
+def _parity_at(key: GridPoint, repeat: int, group: pd.DataFrame) -> list[LossParity]:
+    curves = {r["engine"]: (r, losses_of(r)) for _, r in group.iterrows()}
+    curves = {e: c for e, c in curves.items() if c[1]}
+    if len(curves) < 2:
+        return []
+    out = []
+    engines = sorted(curves, key=engine_rank)
+    ref = engines[0]
+    ref_losses = curves[ref][1]
+    rtol = LOSS_RTOL.get(str(key.setting.dtype), DEFAULT_LOSS_RTOL)
+    for engine in engines[1:]:
+        losses = curves[engine][1]
+        n = min(len(losses), len(ref_losses))
+        note = (
+            ""
+            if len(losses) == len(ref_losses)
+            else (f"curves differ in length ({len(losses)} vs {len(ref_losses)} steps)")
+        )
+        worst = (0.0, 0, 0.0)
+        for step in range(n):
+            a, b = losses[step], ref_losses[step]
+            if not (math.isfinite(a) and math.isfinite(b)):
+                # A diverged run cannot be matched with anything, even another diverged one.
+                worst = (math.nan, step, math.nan)
+                note = f"non-finite loss at step {step} ({engine} {a}, {ref} {b})"
+                break
+            diff = abs(a - b)
+            rel = diff / max(abs(a), abs(b), 1e-12)
+            if rel > worst[2]:
+                worst = (diff, step, rel)
+        out.append(
+            LossParity(key, engine, ref, n, worst[0], worst[1], worst[2], rtol, note, repeat)
+        )
     return out
 
 
@@ -250,18 +307,38 @@ def _by_point(df: pd.DataFrame) -> list[tuple[GridPoint, pd.DataFrame]]:
 
 @dataclass(frozen=True)
 class Speedup:
-    """One row of a published table: a grid point, YaFSDP against one baseline."""
+    """One row of a published table: a grid point, YaFSDP against one baseline.
+
+    With repeats, `yafsdp` and `baseline` are each engine's first finished run (for its
+    status and the planner's terms), the times the median over the runs' medians, and the
+    speedup the mean over paired repeats with its interval (harness.report.significance).
+    """
 
     key: GridPoint
     yafsdp: pd.Series | None
     baseline: pd.Series | None
     speedup_pct: float | None  # (T_fsdp - T_yafsdp) / T_fsdp * 100
-    spread_pct: float | None  # the larger p10-p90 range of the two, in % of T_fsdp
+    spread_pct: float | None  # the largest p10-p90 range of the runs, in % of T_fsdp
     loss_mismatch: bool
+    estimate: Estimate | None = None  # over the paired repeats
+    t_yafsdp: float | None = None  # median over the ok runs of each run's median step
+    t_baseline: float | None = None
+    interference: str | None = None  # why the point's runs ran under uneven interference
+
+    @property
+    def repeats(self) -> int:
+        """Paired runs the speedup stands on (0: none finished on both sides)."""
+        return self.estimate.n if self.estimate is not None else 0
 
     @property
     def significant(self) -> bool | None:
-        """The noise rule: a speedup counts only when it exceeds the spread of step times.
+        """True when the interval over repeats excludes 0; None where run-to-run noise was
+        not measured (one repeat) or there is no speedup."""
+        return None if self.estimate is None else self.estimate.significant
+
+    @property
+    def beyond_spread(self) -> bool | None:
+        """The second flag, within jobs: the speedup exceeds the spread of step times.
 
         |T_fsdp - T_yafsdp| must be larger than the p10-p90 range of either engine's step
         times; otherwise one step-to-step swing could produce it.
@@ -278,23 +355,57 @@ def _spread_s(row: pd.Series) -> float | None:
     return float(p90) - float(p10)
 
 
+def _time(row: pd.Series) -> float:
+    return float(metric(row, "iteration_time_s"))
+
+
+def _runs(group: pd.DataFrame, engine: str) -> dict[int, pd.Series]:
+    """The engine's runs at a point by repeat, in repeat order."""
+    rows = {repeat_of(r): r for _, r in group.iterrows() if r["engine"] == engine}
+    return dict(sorted(rows.items()))
+
+
+def _representative(runs: dict[int, pd.Series]) -> pd.Series | None:
+    ok = [r for r in runs.values() if _ok(r)]
+    return ok[0] if ok else next(iter(runs.values()), None)
+
+
+def _median_time(runs: dict[int, pd.Series]) -> float | None:
+    times = [_time(r) for r in runs.values() if _ok(r)]
+    return float(statistics.median(times)) if times else None
+
+
+def point_speedup(
+    key: GridPoint, group: pd.DataFrame, baseline: str, *, void: bool = False
+) -> Speedup:
+    """The speedup at one point from every run of YaFSDP and `baseline` there."""
+    mine, theirs = _runs(group, YAFSDP), _runs(group, baseline)
+    pairs = [(mine[r], theirs[r]) for r in mine if r in theirs and _ok(mine[r]) and _ok(theirs[r])]
+    estimate = paired_speedup([(_time(y), _time(f)) for y, f in pairs])
+    spreads = [
+        max(sy, sf) / _time(f) * 100.0
+        for y, f in pairs
+        if (sy := _spread_s(y)) is not None and (sf := _spread_s(f)) is not None
+    ]
+    return Speedup(
+        key,
+        _representative(mine),
+        _representative(theirs),
+        None if estimate is None else estimate.speedup_pct,
+        max(spreads) if spreads and len(spreads) == len(pairs) else None,
+        void,
+        estimate=estimate,
+        t_yafsdp=_median_time(mine),
+        t_baseline=_median_time(theirs),
+        interference=uneven_interference([row for pair in pairs for row in pair]),
+    )
+
+
 def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:
     """The published table's rows for one baseline: every grid point where either ran."""
     void = {p.key for p in parity if p.mismatch}
-    rows = []
     both = df[df["engine"].isin([YAFSDP, baseline])]
-    for key, group in _by_point(both):
-        by_engine = {r["engine"]: r for _, r in group.iterrows()}
-        y, f = by_engine.get(YAFSDP), by_engine.get(baseline)
-        s = spread = None
-        if _ok(y) and _ok(f):
-            t_y, t_f = float(metric(y, "iteration_time_s")), float(metric(f, "iteration_time_s"))
-            s = (t_f - t_y) / t_f * 100.0
-            spread_y, spread_f = _spread_s(y), _spread_s(f)
-            if spread_y is not None and spread_f is not None:
-                spread = max(spread_y, spread_f) / t_f * 100.0
-        rows.append(Speedup(key, y, f, s, spread, key in void))
-    return rows
+    return [point_speedup(key, group, baseline, void=key in void) for key, group in _by_point(both)]
 
 
 def _ok(row: pd.Series | None) -> TypeGuard[pd.Series]:

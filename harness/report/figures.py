@@ -24,8 +24,8 @@ from harness.report.compare import (  # noqa: E402
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
     """Bars of YaFSDP's speedup over one baseline: x = model size (and gpus, ckpt), bars per
-    sequence length. Whiskers are ± the spread, so one that crosses 0 is exactly the report's
-    "not significant" (also hatched)."""
+    sequence length. Whiskers are the 95% interval over repeats (± the step spread where a
+    point ran once); a bar is hatched unless the report calls it significant."""
     rows = [r for r in rows if r.speedup_pct is not None]
     if not rows:
         return None
@@ -38,15 +38,23 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     width = 0.8 / len(seq_lens)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups) + 2), 4.2))
     for i, seq in enumerate(seq_lens):
-        xs, ys, errs, hatches = [], [], [], []
+        xs, ys, hatches = [], [], []
+        errs: list[list[float]] = [[], []]
         for r in rows:
             if r.key.seq_len != seq:
                 continue
             group = groups.index(replace(r.key, seq_len=None))
             xs.append(group - 0.4 + width * (i + 0.5))
-            ys.append(r.speedup_pct or 0.0)  # rows without a speedup were left out above
-            errs.append(r.spread_pct or 0.0)
-            hatches.append("//" if r.significant is False else "")
+            y = r.speedup_pct or 0.0  # rows without a speedup were left out above
+            ys.append(y)
+            e = r.estimate
+            if e is not None and e.low_pct is not None and e.high_pct is not None:
+                errs[0].append(y - e.low_pct)
+                errs[1].append(e.high_pct - y)
+            else:
+                errs[0].append(r.spread_pct or 0.0)
+                errs[1].append(r.spread_pct or 0.0)
+            hatches.append("" if r.significant else "//")
         bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")
         for bar, hatch in zip(bars, hatches, strict=True):
             bar.set_hatch(hatch)
@@ -68,7 +76,7 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     ax.set_ylabel("speedup over baseline (%)")
     ax.set_title(
         f"YaFSDP vs {baseline}: (T_fsdp - T_yafsdp) / T_fsdp\n"
-        "whiskers: ± step-time spread (crossing 0 = not significant, hatched)",
+        "whiskers: 95% interval over repeats (1 repeat: ± step spread); hatched: not significant",
         fontsize=10,
     )
     ax.legend(title="sequence length", fontsize=8)

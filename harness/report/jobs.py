@@ -19,6 +19,7 @@ from harness.report.compare import (
     select_runs,
     sort_jobs,
     speedups,
+    twin_labels,
 )
 
 
@@ -58,9 +59,10 @@ class ReportJobs:
         return len(settings_of(self.all_jobs)) > 1 if not self.all_jobs.empty else False
 
     def baselines(self) -> list[str]:
-        """The FSDP baselines that ran, in table order."""
+        """The FSDP baselines that ran, in table order, then YaFSDP's A/A twins."""
         df = self.jobs
-        return [b for b in BASELINES if not df.empty and (df["engine"] == b).any()]
+        found = [b for b in BASELINES if not df.empty and (df["engine"] == b).any()]
+        return found + twin_labels(df)
 
     def speedup_tables(self, baseline: str) -> list[tuple[Setting, list[Speedup]]]:
         """The published table's rows for `baseline`, one list per setting that has any."""

@@ -11,13 +11,13 @@ import math
 import pandas as pd
 
 from harness.report.compare import (
-    BASELINE_TITLES,
     BASELINES,
     LOSS_RTOL,
     STATUS_CELL,
     YAFSDP,
     LossParity,
     Speedup,
+    baseline_title,
     metric,
     point_label,
 )
@@ -26,6 +26,7 @@ from harness.report.jobs import ReportJobs
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
 from harness.report.measured import Measured, measured_block
 from harness.report.pictures import Pictures, timelines
+from harness.report.significance import METHOD
 from harness.report.tables import (
     FLAG,
     PREDICTION_FLAG,
@@ -41,10 +42,18 @@ from harness.report.tables import (
 )
 
 NOISE_LEGEND = (
-    "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time. "
-    "*spread*: the larger of the two engines' p10-p90 step-time ranges, in % of T_fsdp. "
-    "**n.s.** (not significant): |T_fsdp - T_yafsdp| is no larger than that spread, so "
-    "ordinary step-to-step variation could produce the difference. A failed job shows its "
+    "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time of a run. With "
+    "`repeats=N` each engine ran N times at each point, the engines taking turns; the "
+    "speedup is measured per repeat (repeat r of YaFSDP against repeat r of the baseline, "
+    "which ran beside it) and the cell gives their mean, its 95% confidence interval "
+    f"({METHOD}: mean ± t(0.975, n-1) · sd / √n over the n per-repeat speedups) and n: "
+    "`9.92% [7.1, 12.5], 3 repeats`. The verdict is significant only when the interval "
+    "excludes 0; **n.s.** (not significant) where it holds 0. With 1 repeat, run-to-run "
+    "noise was not measured and no verdict is given. The times are the median over the "
+    f"runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
+    "largest p10-p90 step-time range of the runs (in % of T_fsdp), so step-to-step "
+    "variation inside a job could produce it; *uneven interference*: the point's runs met "
+    "very different loads from other processes (see below the table). A failed job shows its "
     f"status ({', '.join(f'`{c}`' for c in STATUS_CELL.values())}); `—` means no such job "
     "in the sweep."
 )
@@ -115,12 +124,15 @@ def published_tables(
         )
     blocks.append(NOISE_LEGEND)
     for baseline in present:
-        blocks.append(f"### YaFSDP vs {BASELINE_TITLES[baseline]}")
+        blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
             blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows))]
             gaps = _gaps(rows, baseline)
             if gaps:
                 blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
+            blocks += noise_notes(rows)
+            if baseline not in BASELINES:
+                blocks.append(aa_verdict(rows))
             link = pictures.speedup.get((baseline, setting))
             if link:
                 blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
@@ -128,6 +140,49 @@ def published_tables(
             if measured is not None:
                 blocks += measured_block(rows, baseline, measured, predicted_terms)
     return blocks
+
+
+def aa_verdict(rows: list[Speedup]) -> str:
+    """An A/A check's verdict: the same job under two labels must not differ."""
+    measured = [r for r in rows if r.significant is not None]
+    hits = [r for r in measured if r.significant]
+    if not measured:
+        return (
+            "**A/A verdict: not measured** (no point has 2 or more repeats on both labels; "
+            "run with repeats>=2)."
+        )
+    if not hits:
+        return (
+            f"**A/A verdict: not significant** at all {len(measured)} point(s): the same "
+            "engine under two labels showed no difference beyond run-to-run noise, as it "
+            "must."
+        )
+    return (
+        f"**A/A verdict: significant at {len(hits)} of {len(measured)} point(s)**: the same "
+        "engine differed from itself. About 1 point in 20 does so by chance at 95% "
+        "confidence; more means this machine's noise is not what the interval assumes "
+        "(drift within a point, say), and its verdicts should not be trusted."
+    )
+
+
+def noise_notes(rows: list[Speedup]) -> list[str]:
+    """What the table cannot say: noise not measured, points under uneven interference."""
+    notes = []
+    single = [r for r in rows if r.repeats == 1]
+    if single:
+        which = "every point" if len(single) == len(rows) else f"{len(single)} point(s)"
+        notes.append(
+            f"**Run-to-run noise was not measured** at {which} (1 repeat): a second run on "
+            "the same machine may differ by more than these steps do, so no speedup here is "
+            "a verdict. Run with `repeats=3` (or more) for intervals."
+        )
+    uneven = [f"{point_label(r.key)}: {r.interference}" for r in rows if r.interference]
+    if uneven:
+        notes.append(
+            f"{FLAG} Uneven interference (other processes' load differed very much between "
+            "the runs compared):\n" + bullets(uneven)
+        )
+    return notes
 
 
 def why_block(rows: list[Speedup], baseline: str) -> list[str]:
@@ -194,7 +249,11 @@ def timing(r: ReportJobs) -> list[str]:
     return [
         "## Iteration time and noise",
         "Median over the timed steps (warm-up excluded; each step's time is the slowest "
-        "rank's; the profiled pass is never timed). *predicted*: the planner's iteration "
+        "rank's; the profiled pass is never timed); one row per run where jobs were "
+        "repeated. *interference*: what else loaded the machine during the timed steps "
+        "(result.json `metrics.interference`): the share of the CPUs' time other processes "
+        "took, the 1-minute load average at start and end, and on GPUs the median SM clock, "
+        "other processes on the device and throttle reasons. *predicted*: the planner's iteration "
         "time for the job (`python -m harness.plan`; none where the hardware profile has "
         "no peak FLOP/s or bandwidth, as on CPU); *prediction error*: (predicted - "
         "measured) / measured.",
@@ -311,8 +370,8 @@ def problems(r: ReportJobs) -> list[str]:
         blocks.append("Skipped (not in any table):\n" + bullets(r.problems))
     if r.repeats:
         blocks.append(
-            "Repeated runs of the same job (an ok run wins over a failed one, then the "
-            "last listed):\n" + bullets(r.repeats)
+            "Duplicate runs of the same job and repeat (an ok run wins over a failed one, "
+            "then the last listed):\n" + bullets(r.repeats)
         )
     return blocks
 

@@ -23,10 +23,12 @@ from harness.report.compare import (
     match_key,
     metric,
     model_display,
+    repeat_of,
     sort_jobs,
     value,
 )
 from harness.report.figures import primary_memory
+from harness.report.interference import interference_cell
 from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
 from harness.results.table import PROFILE_PREFIX
 
@@ -69,24 +71,44 @@ def time_cell(row: pd.Series | None) -> str:
 
 
 def speedup_cell(s: Speedup) -> str:
-    if s.speedup_pct is None:
+    """`9.92% [7.1, 12.5], 3 repeats`; `, n.s.` where the interval holds 0; one repeat says
+    that run-to-run noise was not measured. Then the flags: inside the step spread, uneven
+    interference, a loss mismatch."""
+    if s.speedup_pct is None or s.estimate is None:
         return MISSING
-    text = f"{s.speedup_pct:.2f}%"
-    if s.spread_pct is None:
-        text += " (spread unknown)"
-    elif s.significant:
-        text += f" (spread {s.spread_pct:.2f}%)"
+    e = s.estimate
+    if e.low_pct is not None and e.high_pct is not None:
+        text = f"{e.speedup_pct:.2f}% [{e.low_pct:.1f}, {e.high_pct:.1f}], {e.n} repeats"
+        if not e.significant:
+            text += ", n.s."
     else:
-        text += f" (spread {s.spread_pct:.2f}%, n.s.)"
+        text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured)"
+    if s.spread_pct is None:
+        text += f" {FLAG} step spread unknown"
+    elif not s.beyond_spread:
+        text += f" {FLAG} within the step spread ({s.spread_pct:.2f}%)"
+    if s.interference:
+        text += f" {FLAG} uneven interference"
     if s.loss_mismatch:
         text += " **void: loss mismatch**"
     return text
 
 
+def point_time_cell(t: float | None, row: pd.Series | None) -> str:
+    """The median over a point's runs of each run's median; a status where none finished."""
+    return fmt_time(t) if t is not None else time_cell(row)
+
+
 def speedup_table(rows: list[Speedup]) -> Table:
-    """The YaFSDP README's table for one baseline and setting."""
+    """The YaFSDP README's table for one baseline and setting (the speedup cell carries
+    its interval)."""
     cells = [
-        [*point_cells(r.key), speedup_cell(r), time_cell(r.yafsdp), time_cell(r.baseline)]
+        [
+            *point_cells(r.key),
+            speedup_cell(r),
+            point_time_cell(r.t_yafsdp, r.yafsdp),
+            point_time_cell(r.t_baseline, r.baseline),
+        ]
         for r in rows
     ]
     return PUBLISHED_HEADER, cells
@@ -102,15 +124,22 @@ def per_engine_table(
     """One row per finished job, in README order: grid point, engine, then `cells(row)`
     (a job whose cells are None is left out). No rows: ([], [])."""
     rows = []
+    repeats = several_repeats(df)
     for _, row in sort_jobs(df[df["status"] == "ok"]).iterrows():
         c = cells(row)
         if c is not None:
-            rows.append(
-                [*point_cells(match_key(row)), row["engine"], *_setting(row, several_settings), *c]
-            )
+            repeat = [repeat_of(row)] if repeats else []
+            setting = _setting(row, several_settings)
+            rows.append([*point_cells(match_key(row)), row["engine"], *repeat, *setting, *c])
     if not rows:
         return [], []
-    return [*POINT_HEADER, "engine", *(["setting"] if several_settings else []), *columns], rows
+    return [*POINT_HEADER, "engine", *(["repeat"] if repeats else []),
+            *(["setting"] if several_settings else []), *columns], rows  # fmt: skip
+
+
+def several_repeats(df: pd.DataFrame) -> bool:
+    """Whether any job is a repeat (the tables then name each row's)."""
+    return not df.empty and any(repeat_of(r) for _, r in df.iterrows())
 
 
 # A job whose measured peak is this far from the planner's prediction is flagged.
@@ -148,22 +177,22 @@ def timing_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
         guess = predicted(row, "iteration_time_s")
         return [
             fmt_time(t), fmt_time(p10), fmt_time(p90), spread, MISSING if n is None else n,
-            fmt_time(guess), prediction_error(t, guess, flag=False),
+            fmt_time(guess), prediction_error(t, guess, flag=False), interference_cell(row),
         ]  # fmt: skip
 
     columns = ["median (s)", "p10 (s)", "p90 (s)", "p90-p10 / median", "timed steps",
-               "predicted (s)", "prediction error"]  # fmt: skip
+               "predicted (s)", "prediction error", "interference"]  # fmt: skip
     return per_engine_table(df, columns, cells, several_settings=several_settings)
 
 
 def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
     """Peaks per rank, and each engine's against YaFSDP's at the same grid point."""
     yafsdp = df[(df["engine"] == YAFSDP) & (df["status"] == "ok")] if not df.empty else df
-    refs = {match_key(r): primary_memory(r) for _, r in yafsdp.iterrows()}
+    refs = {(match_key(r), repeat_of(r)): primary_memory(r) for _, r in yafsdp.iterrows()}
 
     def cells(row: pd.Series) -> list[object]:
         peak, kind = primary_memory(row)
-        ref, ref_kind = refs.get(match_key(row), (None, ""))
+        ref, ref_kind = refs.get((match_key(row), repeat_of(row)), (None, ""))
         if row["engine"] == YAFSDP:
             diff = "(reference)"
         elif peak is None or ref is None or kind != ref_kind:
@@ -238,9 +267,11 @@ def _fmt_profile(column: str, v: object) -> str:
 
 
 def loss_table(parity: list[LossParity]) -> Table:
+    repeats = any(p.repeat for p in parity)
     header = [
         *POINT_HEADER,
         "engine",
+        *(["repeat"] if repeats else []),
         "reference",
         "steps",
         "largest Δloss",
@@ -253,6 +284,7 @@ def loss_table(parity: list[LossParity]) -> Table:
         [
             *point_cells(p.key),
             p.engine,
+            *([p.repeat] if repeats else []),
             p.reference,
             p.steps,
             fmt_num(None if math.isnan(p.max_abs_diff) else p.max_abs_diff, ".3g"),

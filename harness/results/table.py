@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.jobdir.grid_point import MATCH_COLUMNS, POINT_COLUMNS, SETTING_COLUMNS
+from harness.jobdir.grid_point import MATCH_COLUMNS, POINT_COLUMNS, REPEAT_COLUMN, SETTING_COLUMNS
 from harness.jobdir.paths import RESULT_FILE
 from harness.jobdir.recorded_config import engine_of, recorded_config
 from harness.jobdir.result import (
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 RESULTS_CSV = "results.csv"
 
-CONFIG_COLUMNS = [*MATCH_COLUMNS, "warmup_steps", "steps", "device"]
+CONFIG_COLUMNS = [*MATCH_COLUMNS, REPEAT_COLUMN, "warmup_steps", "steps", "device"]
 ENV_COLUMNS = [
     "torch",
     "cuda",
@@ -67,7 +67,9 @@ JSON_METRICS = [f.name for f in typed_fields(Metrics) if f.metadata["kind"] not 
 ENGINE_SETTINGS = "engine_settings"
 PROFILE_PREFIX = "profile_"
 CONFIG_PREFIX = "config."
-LEAD_COLUMNS = ["job_dir", *POINT_COLUMNS, "engine", "engine_name", "status", "error"]
+LEAD_COLUMNS = [
+    "job_dir", *POINT_COLUMNS, "engine", REPEAT_COLUMN, "engine_name", "status", "error"
+]  # fmt: skip
 
 
 def _is_scalar(value: Any) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint
+from harness.jobdir.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.jobdir.result import write_json_atomic
 from harness.trace.parse import TraceError
 from harness.trace.timeline import plot_timeline
@@ -57,14 +57,20 @@ def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
 
     `df` is the sweep's results table (harness.results.table.collect_results); points whose jobs
     have no traces are left out, and a trace that cannot be drawn is reported, not fatal.
+    Where jobs ran more than once (`repeats`), each engine's first run is drawn.
     """
     sweep_dir = Path(sweep_dir)
     out_dir = sweep_dir / TIMELINE_DIR
     traced = df[(df["status"] == "ok") & df.get("profile_traces", pd.Series(dtype=object)).notna()]
     jobs: dict[GridPoint, list[tuple[str, str]]] = {}
-    for _, row in traced.iterrows():
+    # One panel per engine: a point's repeats ran the same job again, so the first run shows.
+    repeats = pd.to_numeric(traced.get(REPEAT_COLUMN, pd.Series(0, index=traced.index)))
+    first_runs = traced.assign(_r=repeats.fillna(0)).sort_values("_r", kind="stable")
+    for _, row in first_runs.iterrows():
         point = GridPoint.of({c: row.get(c) for c in MATCH_COLUMNS})
-        jobs.setdefault(point, []).append((str(row["engine"]), str(row["job_dir"])))
+        engine = str(row["engine"])
+        if all(e != engine for e, _ in jobs.get(point, [])):
+            jobs.setdefault(point, []).append((engine, str(row["job_dir"])))
     names = timeline_names(sorted(jobs, key=lambda p: [str(v) for v in p.to_dict().values()]))
     written, drawn = [], {}
     for point, name in names.items():

@@ -32,9 +32,11 @@ def register_plugin() -> None:
 
 
 def ensure_plugin_importable() -> None:
-    """Let `hydra_plugins.yafsdp_bench_slurm` import from a source checkout too (also in
-    SLURM tasks, where Hydra's state that mentions the plugin is unpickled)."""
+    """Let `hydra_plugins.yafsdp_bench_slurm` (and the sweeper beside it) import from a
+    source checkout too (also in SLURM tasks, where Hydra's state that mentions the plugin
+    is unpickled)."""
     try:
         import hydra_plugins.yafsdp_bench_slurm  # noqa: F401
+        import hydra_plugins.yafsdp_bench_sweeper  # noqa: F401
     except ImportError:
         sys.path.append(str(PLUGIN_ROOT))

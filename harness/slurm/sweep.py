@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.result import finished_ok as _finished_ok
+from harness.slurm.chains import ChainRunner
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
@@ -59,6 +58,8 @@ class LauncherParams:
     srun_args: list[str] = field(default_factory=list)
     poll_interval_s: float = 1.0
     max_poll_interval_s: float = 15.0
+    # a grid point's later jobs run on the nodes of its earlier ones (harness.slurm.chains)
+    same_nodes: bool = True
 
 
 @dataclass
@@ -134,7 +135,9 @@ def plan_job(
     return job
 
 
-def _sbatch_parameters(job: PlannedJob, params: LauncherParams) -> dict[str, Any]:
+def _sbatch_parameters(
+    job: PlannedJob, params: LauncherParams, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     assert job.shape is not None
     cfg = job.sweep_config
     srun_args = list(params.srun_args)
@@ -155,7 +158,8 @@ def _sbatch_parameters(job: PlannedJob, params: LauncherParams) -> dict[str, Any
         "exclude": params.exclude,
         "comment": params.comment,
         "signal_delay_s": params.signal_delay_s,
-        "additional_parameters": dict(params.additional_parameters) or None,
+        # `extra`: the chain's dependency and node list (harness.slurm.chains)
+        "additional_parameters": {**params.additional_parameters, **(extra or {})} or None,
         "setup": list(params.setup) or None,
         "srun_args": srun_args,
     }
@@ -224,10 +228,16 @@ def launch_sweep(
 
     executor = submitit.SlurmExecutor(folder=params.submitit_folder, max_num_timeout=0)
     task = SlurmRankTask(hydra_context, task_function, config)
+    runner = ChainRunner(
+        jobs,
+        submit=lambda job, extra: _submit(job, executor, task, params, extra),
+        finish=lambda job, state: _finish(job, state, params),
+        same_nodes=params.same_nodes,
+        poll_interval_s=params.poll_interval_s,
+        max_poll_interval_s=params.max_poll_interval_s,
+    )
     try:
-        for job in jobs:
-            _submit(job, executor, task, params)
-        _wait(jobs, params)
+        runner.run()  # each grid point's jobs in turn, on the same nodes
     except (KeyboardInterrupt, Interrupted) as e:
         # The person stopping the sweep wants the cluster's GPUs back, not jobs that run
         # on with nobody to record them.
@@ -238,7 +248,13 @@ def launch_sweep(
     return [_job_return(job) for job in jobs]
 
 
-def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -> None:
+def _submit(
+    job: PlannedJob,
+    executor: Any,
+    task: Any,
+    params: LauncherParams,
+    extra: dict[str, str] | None = None,
+) -> None:
     """Submit one planned job, or give it its row at once (already ok, refused, sbatch error)."""
     desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
     if _finished_ok(job.job_dir):
@@ -252,7 +268,7 @@ def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -
         return
     _set_aside_stale_result(job.job_dir)
     try:
-        executor.update_parameters(**_sbatch_parameters(job, params))
+        executor.update_parameters(**_sbatch_parameters(job, params, extra))
         job.submitit_job = executor.submit(
             task, job.overrides, job.idx, str(job.job_dir), Singleton.get_state()
         )
@@ -291,34 +307,6 @@ def _cancel_unfinished(jobs: list[PlannedJob], signal_name: str) -> None:
         )
         write_result(job.job_dir, job.result)
         log.warning(f"#{job.idx} SLURM job {sj.job_id} cancelled: the sweep was interrupted")
-
-
-def _wait(jobs: list[PlannedJob], params: LauncherParams) -> None:
-    pending = [j for j in jobs if j.submitit_job is not None]
-    if not pending:
-        return
-    watcher = pending[0].submitit_job.watcher
-    interval = params.poll_interval_s
-    last_sacct = -math.inf
-    while pending:
-        # sacct is cheap here but not on a busy cluster: back off while nothing finishes,
-        # ask at once when a rank 0 has left its result pickle (its job is ending).
-        ending = any(j.submitit_job.task(0).paths.result_pickle.exists() for j in pending)
-        if ending or time.monotonic() - last_sacct >= interval:
-            watcher.update()
-            last_sacct = time.monotonic()
-            interval = (
-                params.poll_interval_s if ending else min(interval * 2, params.max_poll_interval_s)
-            )
-        still = []
-        for job in pending:
-            if watcher.is_done(job.submitit_job.job_id, mode="cache"):
-                _finish(job, watcher.get_state(job.submitit_job.job_id, mode="cache"), params)
-            else:
-                still.append(job)
-        pending = still
-        if pending:
-            time.sleep(params.poll_interval_s)
 
 
 def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from harness.jobdir.result import Result
 from harness.sweep.console import Console
 from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
+from harness.sweep.order import alternate, checked_repeats
 
 
 @dataclass
@@ -73,8 +74,8 @@ def active_sweep() -> ActiveSweep | None:
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, frozenset[str]]:
-    """(number of jobs, fields swept over more than one value), as Hydra's basic sweeper
-    expands `hydra.sweeper.params` and the command line; (None, empty) if it cannot tell."""
+    """(number of jobs, fields swept over more than one value), as the sweeper expands
+    `hydra.sweeper.params`, the command line and `repeats`; (None, empty) if it cannot tell."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -83,7 +84,12 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, frozenset[str]]:
         arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
         overrides = OverridesParser.create().parse_overrides(arguments)
         jobs = BasicSweeper.split_arguments(overrides, None)[0]
-    except Exception:  # another sweeper, or a sweep syntax the basic one lacks
+        repeats = checked_repeats(
+            [(o.get_key_element(), o.is_sweep_override()) for o in overrides],
+            config.get("repeats", 1),
+        )
+        jobs = alternate(jobs, repeats)
+    except Exception:  # another sweeper, a sweep syntax the basic one lacks, or refused
         return None, frozenset()
     values: dict[str, set[str]] = {}
     for job in jobs:

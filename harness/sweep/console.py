@@ -27,7 +27,7 @@ from harness.jobdir.phase import read_phase
 from harness.jobdir.result import Result
 
 # Fields the label names itself; other swept fields are appended as `key=value`.
-LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "point"})
+LABEL_KEYS = frozenset({*POINT_COLUMNS, "engine", "engine.label", "point", "repeat"})
 
 
 def clock(seconds: float) -> str:
@@ -39,13 +39,15 @@ def clock(seconds: float) -> str:
 
 
 def job_label(config: dict[str, Any], extra: Iterable[str] = ()) -> str:
-    """`llama_mini gpus=2 seq=256 ckpt=1 fsdp1`, plus `extra` (`key=value` overrides)."""
+    """`llama_mini gpus=2 seq=256 ckpt=1 fsdp1`, `repeat=r` where a job runs more than once,
+    plus `extra` (`key=value` overrides)."""
     engine = config["engine"]["label"] if isinstance(config["engine"], dict) else config["engine"]
     point = (
         f"{config['model']} gpus={config['gpus']} seq={config['seq_len']} "
         f"ckpt={config['ckpt_layers']} {engine}"
     )
-    return " ".join([point, *extra])
+    repeat = [f"repeat={config.get('repeat', 0)}"] if config.get("repeats", 1) > 1 else []
+    return " ".join([point, *repeat, *extra])
 
 
 def swept_extras(overrides: Iterable[str], swept: Iterable[str]) -> list[str]:

@@ -44,6 +44,9 @@ def write_job(
     git_revision: str = "abc1234",
     png: bool = False,
     predicted: dict[str, Any] | None = None,
+    repeat: int | None = None,
+    repeats: int | None = None,
+    interference: dict[str, Any] | None = None,
 ) -> Path:
     """Write `<sweep>/<job>/result.json` with every field of the schema filled in."""
     engine_name = "fsdp2" if engine == "fsdp2_tuned" else engine
@@ -69,6 +72,8 @@ def write_job(
         "device": "cpu",
         "profile": {"steps": 2, "warmup": 1},
     }
+    if repeat is not None:  # a sweep with repeats records both; older results neither
+        config.update(repeat=repeat, repeats=repeats or repeat + 1)
     env = {
         "torch": "2.13.0+cpu",
         "cuda": None,
@@ -106,6 +111,7 @@ def write_job(
             "memory_breakdown": {"params": 10, "grads": 10},
             "losses": losses,
             "predicted": predicted,
+            "interference": interference,
         }
         if overlap_pct is not None:
             profile = {

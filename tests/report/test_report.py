@@ -52,7 +52,8 @@ def test_published_table_exact_shape_and_speedup_arithmetic(tmp_path: Path) -> N
         HEADER,
         SEPARATOR,
         # (2.5 - 2.0) / 2.5 = 20%; spread = yafsdp's p90-p10 (2.06 - 1.94) / 2.5 = 4.80%.
-        "| Llama 2 7B | 64 | 2048 | 0 | 20.00% (spread 4.80%) | 2.000 | 2.500 |",
+        "| Llama 2 7B | 64 | 2048 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
+        "| 2.000 | 2.500 |",
     ]
 
 
@@ -160,7 +161,8 @@ def test_missing_baseline_points_show_a_dash_and_a_note(tmp_path: Path) -> None:
     text = render(sweep, tmp_path)
     fsdp1 = table_after(text, "### YaFSDP vs FSDP1")[2:]
     assert fsdp1 == [
-        "| llama_tiny | 2 | 128 | 0 | 20.00% (spread 0.00%) | 0.8000 | 1.000 |",
+        "| llama_tiny | 2 | 128 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
+        "| 0.8000 | 1.000 |",
         "| llama_tiny | 2 | 256 | 0 | — | 0.8000 | — |",
     ]
     assert "fsdp1 is missing at 1 of 2 points" in text
@@ -184,23 +186,31 @@ def test_corrupt_result_file_is_reported_and_skipped(sweep: Path, tmp_path: Path
     assert "6 jobs (5 ok, 1 OOM)" in text
 
 
-def test_speedup_inside_the_spread_is_marked_not_significant(tmp_path: Path) -> None:
+def test_speedup_inside_the_spread_is_flagged_and_one_repeat_gives_no_verdict(
+    tmp_path: Path,
+) -> None:
     sweep = tmp_path / "s"
     write_job(sweep, "0", engine="yafsdp", step_times=[0.9, 1.0, 1.0, 1.0, 1.1])
     write_job(sweep, "1", engine="fsdp1", step_times=[1.0, 1.02, 1.02, 1.02, 1.04])
     text = render(sweep, tmp_path)
     row = cells(table_after(text, "### YaFSDP vs FSDP1")[2])
     # 0.02 / 1.02 = 1.96% against yafsdp's p10-p90 range 0.12 / 1.02 = 11.76%.
-    assert row[4] == "1.96% (spread 11.76%, n.s.)"
-    assert "**n.s.** (not significant): |T_fsdp - T_yafsdp| is no larger than that spread" in text
+    assert row[4] == (
+        "1.96%, 1 repeat (run-to-run noise not measured) ⚠ within the step spread (11.76%)"
+    )
+    assert "**Run-to-run noise was not measured** at every point (1 repeat)" in text
+    assert "significant only when the interval excludes 0" in text
+    assert "paired Student t interval over repeats" in text
 
 
 @pytest.mark.parametrize(
-    ("speedup", "spread", "significant"),
+    ("speedup", "spread", "beyond"),
     [(5.0, 4.9, True), (-5.0, 4.9, True), (5.0, 5.0, False), (-1.0, 3.0, False)],
 )
-def test_noise_rule_boundary(speedup: float, spread: float, significant: bool) -> None:
-    assert Speedup((), None, None, speedup, spread, False).significant is significant
+def test_step_spread_rule_boundary(speedup: float, spread: float, beyond: bool) -> None:
+    row = Speedup((), None, None, speedup, spread, False)
+    assert row.beyond_spread is beyond
+    assert row.significant is None, "without repeats there is no verdict"
 
 
 LOSSES = [7.6, 7.5, 7.3, 7.2, 7.0]
@@ -218,7 +228,7 @@ def test_loss_mismatch_is_loud_and_voids_the_comparison(tmp_path: Path) -> None:
     assert "**LOSS MISMATCH: the comparison at these points is void.**" in text
     assert "Loss mismatch at 1 grid point(s)" in text.split("## ")[0]
     assert "largest |Δloss| 0.72 at step 3 (9.09e-02 relative > tolerance 2e-02)" in text
-    assert "50.00% (spread 0.00%) **void: loss mismatch**" in text
+    assert "50.00%, 1 repeat (run-to-run noise not measured) **void: loss mismatch**" in text
     assert "| fsdp1 | yafsdp | 5 | 0.72 | 3 | 9.09e-02 | 2e-02 | **MISMATCH** |" in text
 
 
@@ -313,8 +323,8 @@ def test_one_table_per_setting_when_settings_differ(tmp_path: Path) -> None:
     assert section.count(HEADER) == 2
     bf16, fp32 = section.split("Setting: ")[1:3]
     assert bf16.startswith("micro_batch=1, grad_accum=1, dtype=bf16, seed=0, model_impl=native.")
-    assert "| 10.00% (spread 0.00%) | 0.9000 | 1.000 |" in bf16
-    assert "| 25.00% (spread 0.00%) | 1.500 | 2.000 |" in fp32
+    assert "| 10.00%, 1 repeat (run-to-run noise not measured) | 0.9000 | 1.000 |" in bf16
+    assert "| 25.00%, 1 repeat (run-to-run noise not measured) | 1.500 | 2.000 |" in fp32
     figs = sorted(p.name for p in (tmp_path / "out" / "figures").glob("speedup_*.png"))
     assert figs == [
         "speedup_fsdp1_micro_batch_1_grad_accum_1_dtype_bf16_seed_0_model_impl_native.png",
@@ -329,7 +339,10 @@ def test_combined_sweeps_prefer_ok_runs_and_label_jobs(tmp_path: Path) -> None:
     write_job(second, "0", engine="yafsdp", step_times=[0.5] * 5)
     out = tmp_path / "out"
     text = build_report([first, second], out).read_text()
-    assert "| llama_tiny | 2 | 128 | 0 | 50.00% (spread 0.00%) | 0.5000 | 1.000 |" in text
+    assert (
+        "| llama_tiny | 2 | 128 | 0 | 50.00%, 1 repeat (run-to-run noise not measured) "
+        "| 0.5000 | 1.000 |"
+    ) in text
     assert "| `a/0` | llama_tiny | 2 | 128 | 0 | yafsdp | timeout | job wall-clock limit |" in text
     assert "engine yafsdp: 2 runs; using b/0 (ignored: a/0)" in text
     combined = pd.read_csv(out / "results.csv")

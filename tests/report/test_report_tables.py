@@ -33,10 +33,10 @@ def test_timing_table_rows_per_finished_job_in_engine_order() -> None:
     )  # fmt: skip
     header, rows = timing_table(df)
     assert header[4:6] == ["engine", "median (s)"]
-    assert header[-2:] == ["predicted (s)", "prediction error"]
+    assert header[-3:] == ["predicted (s)", "prediction error", "interference"]
     assert [r[4:] for r in rows] == [
-        ["yafsdp", "1.000", "—", "—", "—", "—", "1.250", "+25.0%"],
-        ["fsdp1", "2.000", "1.900", "2.100", "10.0%", 3, "—", "—"],
+        ["yafsdp", "1.000", "—", "—", "—", "—", "1.250", "+25.0%", "—"],
+        ["fsdp1", "2.000", "1.900", "2.100", "10.0%", 3, "—", "—", "—"],
     ]
 
 

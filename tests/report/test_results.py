@@ -81,8 +81,8 @@ def test_results_csv_round_trips(sweep: Path) -> None:
         "seq_len",
         "ckpt_layers",
         "engine",
+        "repeat",
         "engine_name",
-        "status",
     ]
     assert sorted(df["status"]) == ["ok"] * 5 + ["oom"]
     assert df.set_index("job_dir").loc[0, "iteration_time_s"] == 0.9
