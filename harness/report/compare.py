@@ -248,6 +248,11 @@ def _by_point(df: pd.DataFrame) -> list[tuple[GridPoint, pd.DataFrame]]:
     return [(k, df.loc[v]) for k, v in groups.items()]
 
 
+# The p10-p90 range of fewer timed steps says nothing of the noise: one step has a range of
+# 0, two have one difference for a range; such a spread cannot judge a speedup.
+MIN_STEPS_FOR_SPREAD = 3
+
+
 @dataclass(frozen=True)
 class Speedup:
     """One row of a published table: a grid point, YaFSDP against one baseline."""
@@ -258,15 +263,21 @@ class Speedup:
     speedup_pct: float | None  # (T_fsdp - T_yafsdp) / T_fsdp * 100
     spread_pct: float | None  # the larger p10-p90 range of the two, in % of T_fsdp
     loss_mismatch: bool
+    timed_steps: int | None = None  # the fewer of the two engines' timed steps; None: unknown
+
+    @property
+    def too_few_steps(self) -> bool:
+        return self.timed_steps is not None and self.timed_steps < MIN_STEPS_FOR_SPREAD
 
     @property
     def significant(self) -> bool | None:
         """The noise rule: a speedup counts only when it exceeds the spread of step times.
 
         |T_fsdp - T_yafsdp| must be larger than the p10-p90 range of either engine's step
-        times; otherwise one step-to-step swing could produce it.
+        times; otherwise one step-to-step swing could produce it. None where it cannot be
+        judged: no spread, or one of fewer than MIN_STEPS_FOR_SPREAD timed steps.
         """
-        if self.speedup_pct is None or self.spread_pct is None:
+        if self.speedup_pct is None or self.spread_pct is None or self.too_few_steps:
             return None
         return abs(self.speedup_pct) > self.spread_pct
 
@@ -278,6 +289,11 @@ def _spread_s(row: pd.Series) -> float | None:
     return float(p90) - float(p10)
 
 
+def _timed_steps(*rows: pd.Series) -> int | None:
+    counts = [len(times) for r in rows if (times := metric(r, "step_times_s")) is not None]
+    return min(counts) if len(counts) == len(rows) else None
+
+
 def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:
     """The published table's rows for one baseline: every grid point where either ran."""
     void = {p.key for p in parity if p.mismatch}
@@ -286,14 +302,15 @@ def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[
     for key, group in _by_point(both):
         by_engine = {r["engine"]: r for _, r in group.iterrows()}
         y, f = by_engine.get(YAFSDP), by_engine.get(baseline)
-        s = spread = None
+        s = spread = steps = None
         if _ok(y) and _ok(f):
             t_y, t_f = float(metric(y, "iteration_time_s")), float(metric(f, "iteration_time_s"))
             s = (t_f - t_y) / t_f * 100.0
             spread_y, spread_f = _spread_s(y), _spread_s(f)
             if spread_y is not None and spread_f is not None:
                 spread = max(spread_y, spread_f) / t_f * 100.0
-        rows.append(Speedup(key, y, f, s, spread, key in void))
+            steps = _timed_steps(y, f)
+        rows.append(Speedup(key, y, f, s, spread, key in void, steps))
     return rows
 
 

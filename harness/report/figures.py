@@ -25,7 +25,7 @@ from harness.results.grid_point import GridPoint  # noqa: E402
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
     """Bars of YaFSDP's speedup over one baseline: x = model size (and gpus, ckpt), bars per
     sequence length. Whiskers are ± the spread, so one that crosses 0 is exactly the report's
-    "not significant" (also hatched)."""
+    "not significant" (also hatched, as is one that cannot be judged)."""
     rows = [r for r in rows if r.speedup_pct is not None]
     if not rows:
         return None
@@ -46,7 +46,7 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
             xs.append(group - 0.4 + width * (i + 0.5))
             ys.append(r.speedup_pct or 0.0)  # rows without a speedup were left out above
             errs.append(r.spread_pct or 0.0)
-            hatches.append("//" if r.significant is False else "")
+            hatches.append("" if r.significant else "//")  # not significant, or not judged
         bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")
         for bar, hatch in zip(bars, hatches, strict=True):
             bar.set_hatch(hatch)

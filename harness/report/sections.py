@@ -14,6 +14,7 @@ from harness.report.compare import (
     BASELINE_TITLES,
     BASELINES,
     LOSS_RTOL,
+    MIN_STEPS_FOR_SPREAD,
     STATUS_CELL,
     YAFSDP,
     LossParity,
@@ -43,7 +44,9 @@ NOISE_LEGEND = (
     "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time. "
     "*spread*: the larger of the two engines' p10-p90 step-time ranges, in % of T_fsdp. "
     "**n.s.** (not significant): |T_fsdp - T_yafsdp| is no larger than that spread, so "
-    "ordinary step-to-step variation could produce the difference. A failed job shows its "
+    "ordinary step-to-step variation could produce the difference. With fewer than "
+    f"{MIN_STEPS_FOR_SPREAD} timed steps the spread says nothing of that variation, and no "
+    "difference is judged (*too few to judge*). A failed job shows its "
     f"status ({', '.join(f'`{c}`' for c in STATUS_CELL.values())}); `—` means no such job "
     "in the sweep."
 )

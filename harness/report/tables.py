@@ -74,6 +74,8 @@ def speedup_cell(s: Speedup) -> str:
     text = f"{s.speedup_pct:.2f}%"
     if s.spread_pct is None:
         text += " (spread unknown)"
+    elif s.too_few_steps:
+        text += f" (spread {s.spread_pct:.2f}%, {s.timed_steps} timed steps: too few to judge)"
     elif s.significant:
         text += f" (spread {s.spread_pct:.2f}%)"
     else:
