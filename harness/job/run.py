@@ -97,13 +97,13 @@ def _run_job(
 ) -> JobOutcome:
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
-    if cfg.dry_run:  # checked as the run it stands for, this machine included
-        errors = errors or validation_errors(cfg, machine=local_machine.this_machine(cfg))
+    if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
         if not errors:
             from harness.plan.fit import memory_line_and_errors
 
             line, errors = memory_line_and_errors(cfg)
             say(line)
+            errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
         status = "invalid" if errors else "ok"
         return JobOutcome(
             make_result(status=status, config=config, error="; ".join(errors) or None),
