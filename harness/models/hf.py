@@ -105,9 +105,10 @@ def read_config(model: str) -> PretrainedConfig:
             "causal LM config (Llama, Mistral, Qwen2, ...)"
         )
     _check_sizes(data, path)
-    try:  # transformers' own checks: field types (strict configs), then `validate()`
+    try:  # transformers' own checks: field types (strict configs, 5.x), then `validate()`
         config = CONFIG_MAPPING[model_type].from_dict(data)
-        config.validate()
+        if callable(getattr(config, "validate", None)):  # transformers 4.x has none
+            config.validate()
     except Exception as e:
         raise HFModelError(f"{path}: transformers refused it: {e}") from None
     return config
