@@ -200,7 +200,8 @@ def test_speedup_inside_the_spread_is_marked_not_significant(tmp_path: Path) -> 
     [(5.0, 4.9, True), (-5.0, 4.9, True), (5.0, 5.0, False), (-1.0, 3.0, False)],
 )
 def test_noise_rule_boundary(speedup: float, spread: float, significant: bool) -> None:
-    assert Speedup((), None, None, speedup, spread, False).significant is significant
+    point = GridPoint.of({"model": "llama_tiny", "gpus": 2, "seq_len": 32, "ckpt_layers": 0})
+    assert Speedup(point, None, None, speedup, spread, False).significant is significant
 
 
 LOSSES = [7.6, 7.5, 7.3, 7.2, 7.0]
