@@ -183,9 +183,14 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+ONE_RANK = "one rank has no bus to measure (bus bandwidth is bytes x (P-1)/P per second: 0)"
+
+
 def _validated(args: argparse.Namespace) -> str | None:
     if args.ranks < 0 or args.repeats < 0 or args.max_mib < 0 or args.gpus_per_node < 0:
         return "--ranks, --repeats, --max-mib and --gpus-per-node must not be negative"
+    if args.ranks == 1:
+        return f"--ranks 1: {ONE_RANK}; use --ranks 2 or more"
     out = Path(args.out)
     if out.exists() and out.is_dir():
         return f"--out {out} is a directory; name a file, e.g. {out / 'calibration.json'}"
@@ -282,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[harness.bandwidth] refused: {problem}", file=sys.stderr)
         return 2
     _export_slurm_env()
+    if "RANK" in os.environ and os.environ.get("WORLD_SIZE") == "1":
+        print(f"[harness.bandwidth] refused: WORLD_SIZE=1: {ONE_RANK}; start 2 or more "
+              "ranks (torchrun --nproc-per-node, srun --ntasks)", file=sys.stderr)  # fmt: skip
+        return 2
     if "RANK" in os.environ:  # under torchrun or srun
         result = _rank_main(args)
         if result is not None:
@@ -294,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     if gpus and ranks > gpus:
         print(f"[harness.bandwidth] refused: --ranks {ranks} is more than the {gpus} GPUs "
               "here; use --ranks <= that, or --cpu", file=sys.stderr)  # fmt: skip
+        return 2
+    if ranks == 1:
+        print(f"[harness.bandwidth] refused: this machine has 1 GPU, and {ONE_RANK}; use "
+              "--cpu --ranks 2 for gloo here, or srun across GPUs", file=sys.stderr)  # fmt: skip
         return 2
     from harness.ports import free_port
 

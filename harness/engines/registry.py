@@ -11,7 +11,8 @@ table keyed by label, beside the functions it picks: the adapters
 (`harness.engines.adapters.ADAPTERS`), the planner's memory models and time schedules
 (`harness.plan.memory.MEMORY_MODELS`, `harness.plan.timing.SCHEDULES`) and the trace
 grammars (`harness.trace.engine_annotations.GRAMMARS`). A test checks that each table
-covers every label here.
+covers every label here. The options each adapter reads are `harness.engines.options`;
+a job's label must agree with its entry here in adapter and `options` (harness.validate).
 """
 
 from __future__ import annotations

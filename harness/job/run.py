@@ -9,6 +9,7 @@ when it was measured with the same config (harness.job.resume); otherwise it is 
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from harness.jobdir.rank_outcome import (
     unrecorded_failures,
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
+from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
 
@@ -63,17 +65,45 @@ def run_job(
     """Run the job (or reuse its earlier ok result) and return what happened.
 
     `refusals` are problems found before the config was typed (unknown fields); `on_poll`
-    is called while the ranks run; `say` prints a remark (a rerun's reason).
+    is called while the ranks run; `say` prints a remark (a rerun's reason). An exception
+    on the way is this job's failure, recorded as its result, never the sweep's end.
     """
     job_dir = Path(job_dir)
+    try:
+        return _run_job(cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say)
+    except Exception as e:
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        error = (
+            f"the runner failed: {type(e).__name__}: {e} "
+            f"(at {Path(where.filename).name}:{where.lineno})"
+        )
+        if cfg.dry_run:  # a dry run writes nothing
+            return JobOutcome(make_result(status="failed", config=asdict(cfg), error=error),
+                              False, job_dir)  # fmt: skip
+        try:
+            result = _write_failure(cfg, job_dir, "failed", error)
+        except OSError:  # the directory cannot take it either: the row still says why
+            result = make_result(status="failed", config=asdict(cfg), error=error)
+        return JobOutcome(result, True, job_dir)
+
+
+def _run_job(
+    cfg: JobConfig,
+    job_dir: Path,
+    *,
+    refusals: list[str] | None,
+    on_poll: Callable[[], None] | None,
+    say: Callable[[str], None],
+) -> JobOutcome:
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
-    if cfg.dry_run:
+    if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
         if not errors:
             from harness.plan.fit import memory_line_and_errors
 
             line, errors = memory_line_and_errors(cfg)
             say(line)
+            errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
         status = "invalid" if errors else "ok"
         return JobOutcome(
             make_result(status=status, config=config, error="; ".join(errors) or None),
@@ -86,7 +116,7 @@ def run_job(
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
-    errors = errors or validation_errors(cfg, local_devices=_local_gpus(cfg))
+    errors = errors or validation_errors(cfg, machine=local_machine.this_machine(cfg))
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
@@ -144,17 +174,3 @@ def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Re
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
-
-
-def _local_gpus(cfg: JobConfig) -> int | None:
-    if cfg.device == "cpu":
-        return None
-    try:
-        import torch
-
-        from harness.placement import resolved
-    except ImportError:
-        return None
-    if resolved(cfg).device == "cuda" or cfg.backend == "nccl":
-        return torch.cuda.device_count()
-    return None

@@ -104,7 +104,35 @@ def read_config(model: str) -> PretrainedConfig:
             "transformers (an encoder-only or encoder-decoder model); give a decoder-only "
             "causal LM config (Llama, Mistral, Qwen2, ...)"
         )
-    return CONFIG_MAPPING[model_type].from_dict(data)
+    _check_sizes(data, path)
+    try:  # transformers' own checks: field types (strict configs, 5.x), then `validate()`
+        config = CONFIG_MAPPING[model_type].from_dict(data)
+        if callable(getattr(config, "validate", None)):  # transformers 4.x has none
+            config.validate()
+    except Exception as e:
+        raise HFModelError(f"{path}: transformers refused it: {e}") from None
+    return config
+
+
+# The sizes the harness and every Llama-style model divide by or build from. transformers
+# checks their types but not their values: a 0 head count ends in a ZeroDivisionError.
+SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim",
+               "max_position_embeddings")  # fmt: skip
+
+
+def _check_sizes(data: dict[str, Any], path: Path) -> None:
+    for field in SIZE_FIELDS:
+        value = data.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise HFModelError(f"{path}: {field}={value} must be at least 1")
+    heads, kv_heads = data.get("num_attention_heads"), data.get("num_key_value_heads")
+    if isinstance(heads, int) and isinstance(kv_heads, int) and heads % kv_heads:
+        raise HFModelError(
+            f"{path}: num_attention_heads={heads} is not a multiple of "
+            f"num_key_value_heads={kv_heads} (each key/value head serves a group of query "
+            "heads); give a divisor of it"
+        )
 
 
 def hf_config(model: str) -> PretrainedConfig:

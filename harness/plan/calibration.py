@@ -57,8 +57,8 @@ def _points(rows: list[dict[str, Any]]) -> tuple[MeasuredPoint, ...]:
 def _run(data: dict[str, Any], origin: str) -> MeasuredCollectives | None:
     points = {k: _points(data.get(k) or []) for k in KINDS}
     points = {k: v for k, v in points.items() if v}
-    if not points or not data.get("world_size"):
-        return None
+    if not points or not data.get("world_size") or int(data["world_size"]) < 2:
+        return None  # one rank moves nothing between ranks: no bandwidth to price with
     world = int(data["world_size"])
     per_node = int(data.get("gpus_per_node") or world)
     return MeasuredCollectives(
@@ -92,6 +92,11 @@ def _from_file(path: Path) -> Calibration:
             f"calibration={path} is not a calibration file (no schema {SCHEMA!r}); write one "
             "with `python -m harness.bandwidth -o <file>`"
         )
+    if problem := _unpriceable(data):
+        raise ValueError(
+            f"calibration={path}: {problem}, so it prices no collective; measure again "
+            "with `python -m harness.bandwidth --ranks 2` or more ranks"
+        )
     run = _run(data, str(path))
     if run is None:
         raise ValueError(f"calibration={path} holds no measured collective")
@@ -101,6 +106,21 @@ def _from_file(path: Path) -> Calibration:
         f"measured {data.get('measured_at', '?')})",
         measured=("collectives",),
     )
+
+
+def _unpriceable(data: dict[str, Any]) -> str | None:
+    """Why a calibration file cannot price collectives (a one-rank run measures a bus
+    bandwidth of 0), or None."""
+    world = data.get("world_size")
+    if isinstance(world, int) and world < 2:
+        return f"world_size={world}: one rank has no bus"
+    for kind in KINDS:
+        for row in data.get(kind) or []:
+            for name in ("seconds", "bus_gbps"):
+                value = row.get(name) if isinstance(row, dict) else None
+                if isinstance(value, (int, float)) and not value > 0:
+                    return f"{kind} at {row.get('bytes')} bytes has {name}={value:g}"
+    return None
 
 
 def _from_sweep(sweep_dir: Path) -> Calibration:

@@ -305,6 +305,11 @@ def _by_point(df: pd.DataFrame) -> list[tuple[GridPoint, pd.DataFrame]]:
     return [(k, df.loc[v]) for k, v in groups.items()]
 
 
+# The p10-p90 range of fewer timed steps says nothing of the noise: one step has a range of
+# 0, two have one difference for a range; such a spread cannot judge a speedup.
+MIN_STEPS_FOR_SPREAD = 3
+
+
 @dataclass(frozen=True)
 class Speedup:
     """One row of a published table: a grid point, YaFSDP against one baseline.
@@ -324,6 +329,12 @@ class Speedup:
     t_yafsdp: float | None = None  # median over the ok runs of each run's median step
     t_baseline: float | None = None
     interference: str | None = None  # why the point's runs ran under uneven interference
+    timed_steps: int | None = None  # the fewest timed steps of any paired run; None: unknown
+
+    @property
+    def too_few_steps(self) -> bool:
+        """Fewer than MIN_STEPS_FOR_SPREAD timed steps: their spread cannot judge."""
+        return self.timed_steps is not None and self.timed_steps < MIN_STEPS_FOR_SPREAD
 
     @property
     def repeats(self) -> int:
@@ -341,9 +352,10 @@ class Speedup:
         """The second flag, within jobs: the speedup exceeds the spread of step times.
 
         |T_fsdp - T_yafsdp| must be larger than the p10-p90 range of either engine's step
-        times; otherwise one step-to-step swing could produce it.
+        times; otherwise one step-to-step swing could produce it. None where it cannot be
+        judged: no spread, or one of fewer than MIN_STEPS_FOR_SPREAD timed steps.
         """
-        if self.speedup_pct is None or self.spread_pct is None:
+        if self.speedup_pct is None or self.spread_pct is None or self.too_few_steps:
             return None
         return abs(self.speedup_pct) > self.spread_pct
 
@@ -353,6 +365,11 @@ def _spread_s(row: pd.Series) -> float | None:
     if p10 is None or p90 is None:
         return None
     return float(p90) - float(p10)
+
+
+def _timed_steps(*rows: pd.Series) -> int | None:
+    counts = [len(times) for r in rows if (times := metric(r, "step_times_s")) is not None]
+    return min(counts) if len(counts) == len(rows) else None
 
 
 def _time(row: pd.Series) -> float:
@@ -398,6 +415,9 @@ def point_speedup(
         t_yafsdp=_median_time(mine),
         t_baseline=_median_time(theirs),
         interference=uneven_interference([row for pair in pairs for row in pair]),
+        timed_steps=min(
+            (s for y, f in pairs if (s := _timed_steps(y, f)) is not None), default=None
+        ),
     )
 
 

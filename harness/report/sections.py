@@ -13,6 +13,7 @@ import pandas as pd
 from harness.report.compare import (
     BASELINES,
     LOSS_RTOL,
+    MIN_STEPS_FOR_SPREAD,
     STATUS_CELL,
     YAFSDP,
     LossParity,
@@ -52,7 +53,9 @@ NOISE_LEGEND = (
     "noise was not measured and no verdict is given. The times are the median over the "
     f"runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
     "largest p10-p90 step-time range of the runs (in % of T_fsdp), so step-to-step "
-    "variation inside a job could produce it; *uneven interference*: the point's runs met "
+    "variation inside a job could produce it (with fewer than "
+    f"{MIN_STEPS_FOR_SPREAD} timed steps the spread says nothing of that variation: *too few "
+    "for the step spread to judge*); *uneven interference*: the point's runs met "
     "very different loads from other processes (see below the table). A failed job shows its "
     f"status ({', '.join(f'`{c}`' for c in STATUS_CELL.values())}); `—` means no such job "
     "in the sweep."

@@ -85,6 +85,8 @@ def speedup_cell(s: Speedup) -> str:
         text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured)"
     if s.spread_pct is None:
         text += f" {FLAG} step spread unknown"
+    elif s.too_few_steps:
+        text += f" {FLAG} {s.timed_steps} timed steps: too few for the step spread to judge"
     elif not s.beyond_spread:
         text += f" {FLAG} within the step spread ({s.spread_pct:.2f}%)"
     if s.interference:

@@ -41,9 +41,13 @@ def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path)
     args = [a for a in command if not a.startswith("hydra.sweep.dir=")]
     proc = run_module("harness", *args, f"hydra.sweep.dir={tmp_path}", "dry_run=true", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    done = re.search(r"dry run done: (\d+) jobs in [\d:]+: (\d+) ok$", proc.stdout, flags=re.M)
-    assert done is not None, proc.stdout[-2000:]
-    assert int(done.group(1)) == int(done.group(2)) > 1
+    done = re.search(r"dry run done: (\d+) jobs in ", proc.stdout)
+    jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]
+    assert done is not None and len(jobs) == int(done.group(1)) > 1, proc.stdout[-2000:]
+    # Every job is valid and fits; a GPU sweep checked here may be refused only by this
+    # machine, which lacks its GPUs (a dry run checks what the real run would, here).
+    for line in jobs:
+        assert line.endswith("[ok]") or ("this machine" in line and "predicted peak" not in line)
     assert "model_impl=hf" in proc.stdout
 
 

@@ -70,3 +70,34 @@ def test_a_file_that_is_no_calibration_is_refused(tmp_path: Path, capsys) -> Non
     bad.write_text(json.dumps({"hello": 1}))
     assert plan_main([f"calibration={bad}", "hardware=a100_80gb", "model=llama_tiny"]) == 2
     assert "not a calibration file" in capsys.readouterr().err
+
+
+def test_one_rank_is_refused_it_has_no_bus(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "one.json"
+    assert main(["-o", str(out), "--cpu", "--ranks", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--ranks 1" in err and "--ranks 2" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"world_size": 1}, "world_size=1"),
+        ({"all_gather": [{"bytes": 8192, "seconds": 1e-4, "bus_gbps": 0.0}]}, "bus_gbps=0"),
+        ({"all_gather": [{"bytes": 8192, "seconds": 0.0, "bus_gbps": 1.0}]}, "seconds=0"),
+    ],
+)
+def test_a_calibration_without_a_bandwidth_is_refused_on_reading(
+    tmp_path: Path, change: dict, fragment: str
+) -> None:
+    from harness.plan.calibration import calibration_from
+
+    row = {"bytes": 8192, "seconds": 1e-4, "bus_gbps": 0.04}
+    data = {"schema": SCHEMA, "world_size": 2, "gpus_per_node": 2, "nodes": 1,
+            "backend": "gloo", "all_gather": [row], "reduce_scatter": [row], **change}  # fmt: skip
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=fragment) as refused:
+        calibration_from(path)
+    assert "python -m harness.bandwidth" in str(refused.value)

@@ -208,7 +208,8 @@ def test_speedup_inside_the_spread_is_flagged_and_one_repeat_gives_no_verdict(
     [(5.0, 4.9, True), (-5.0, 4.9, True), (5.0, 5.0, False), (-1.0, 3.0, False)],
 )
 def test_step_spread_rule_boundary(speedup: float, spread: float, beyond: bool) -> None:
-    row = Speedup((), None, None, speedup, spread, False)
+    point = GridPoint.of({"model": "llama_tiny", "gpus": 2, "seq_len": 32, "ckpt_layers": 0})
+    row = Speedup(point, None, None, speedup, spread, False)
     assert row.beyond_spread is beyond
     assert row.significant is None, "without repeats there is no verdict"
 
@@ -399,3 +400,20 @@ def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -
     assert "fsdp1 +0.100 s (+10.0% of its step) against yafsdp" in text
     assert "+0.150 s: compute waiting for all-gathers, fsdp1 0.150 s (12 units wait)" in text
     assert "mechanism rate limiter (limit_all_gathers): fsdp1 +0.120 s" in text
+
+
+def test_fewer_than_three_timed_steps_cannot_judge_a_difference(tmp_path: Path) -> None:
+    """With 1 or 2 timed steps the p10-p90 range says nothing of the noise (one step: 0)."""
+    sweep = tmp_path / "s"
+    write_job(sweep, "0", engine="yafsdp", step_times=[0.8, 0.8])
+    write_job(sweep, "1", engine="fsdp1", step_times=[1.0, 1.0])
+    text = render(sweep, tmp_path)
+    row = cells(table_after(text, "### YaFSDP vs FSDP1")[2])
+    assert "2 timed steps: too few for the step spread to judge" in row[4]
+    assert "fewer than 3 timed steps" in text
+
+
+def test_the_noise_rule_needs_three_steps_of_each_engine() -> None:
+    point = GridPoint.of({"model": "llama_tiny", "gpus": 2, "seq_len": 32, "ckpt_layers": 0})
+    assert Speedup(point, None, None, 20.0, 0.0, False, timed_steps=2).beyond_spread is None
+    assert Speedup(point, None, None, 20.0, 0.0, False, timed_steps=3).beyond_spread is True

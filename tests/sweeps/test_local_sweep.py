@@ -84,10 +84,13 @@ def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> Non
     jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]
     assert len(jobs) == 16 * 3
     # The planner's memory row is printed for each; a job predicted not to fit 80 GB is
-    # refused, naming the fewest checkpointed layers that would.
+    # refused, naming the fewest checkpointed layers that would. A dry run also checks what
+    # the real run would here: where this machine lacks the A100s, it says so.
     assert proc.stdout.count("planner: peak ") == 16 * 3
     refused = [line for line in jobs if not line.endswith("[ok]")]
-    assert all("the smallest ckpt_layers that fits is " in line for line in refused)
+    fit, machine = "the smallest ckpt_layers that fits is ", "on this machine"
+    assert all(fit in line or machine in line or "this machine has none" in line
+               for line in refused)  # fmt: skip
     assert jobs[0].startswith("[ 1/48] ") and jobs[-1].startswith("[48/48] ")
     points = {line.split("] ")[1].rsplit(" ", 1)[0] for line in (j.split("  ")[0] for j in jobs)}
     assert len(points) == 16

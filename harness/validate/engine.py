@@ -1,0 +1,97 @@
+"""Engine checks: a label is a registry entry with its settings, and every option set is
+one that the label's adapter reads (`harness.engines.options`).
+
+A label names what the report's tables call a job, so a config whose adapter or settings
+contradict its label (`engine=fsdp2 engine.label=yafsdp`) would put one engine's times
+under another's name: refused. Options that no label fixes (reduce_dtype, a memory
+budget, gradient sync) stay free: a job that changes one is a variant of its label, and
+the report shows it as one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from harness.config import EngineConfig
+from harness.engines.options import ADAPTER_OPTIONS
+from harness.engines.registry import ADAPTER_NAMES, ENGINE_SPECS, ENGINES
+from harness.validate.common import one_of, shown
+
+DEFAULTS = EngineConfig()
+OPTIONS = tuple(f.name for f in fields(EngineConfig) if f.name not in ("name", "label"))
+
+
+def engine_errors(engine: EngineConfig) -> list[str]:
+    """Refusals of the engine's name, its label and its options."""
+    if error := one_of("engine.name", engine.name, ADAPTER_NAMES):
+        return [error]
+    if engine.label not in ENGINES:
+        return [
+            f"engine.label={engine.label!r} is not a registered engine; choose one of: "
+            f"{', '.join(ENGINES)} (engine=<label> sets its name and settings). A variant "
+            "that needs a name of its own is an entry in harness/engines/registry.py and "
+            "sweeps/engine/<label>.yaml"
+        ]
+    label_error = _label_error(engine)
+    return ([label_error] if label_error else []) + _ignored_options(engine)
+
+
+def _identifying(name: str) -> list[str]:
+    """The options that tell apart the labels of adapter `name` (fsdp2: async_unshard)."""
+    return sorted({key for s in ENGINE_SPECS if s.name == name for key in s.options})
+
+
+def _registered_as(engine: EngineConfig) -> str | None:
+    """The label registered with this adapter and these identifying options, if any."""
+    keys = ["name", *_identifying(engine.name)]
+    for spec in ENGINE_SPECS:
+        registered = spec.config()
+        if all(getattr(registered, k) == getattr(engine, k) for k in keys):
+            return spec.label
+    return None
+
+
+def _label_error(engine: EngineConfig) -> str | None:
+    registered = ENGINES[engine.label].config()
+    keys = ["name", *_identifying(registered.name), *_identifying(engine.name)]
+    differ = [k for k in dict.fromkeys(keys) if getattr(registered, k) != getattr(engine, k)]
+    if not differ:
+        return None
+
+    def settings(config: EngineConfig) -> str:
+        return ", ".join(f"engine.{k}={shown(getattr(config, k))}" for k in differ)
+
+    match = _registered_as(engine)
+    fix = f"use engine={match} for these settings, or " if match else "use "
+    return (
+        f"engine.label={engine.label} is the registered engine with {settings(registered)}, "
+        f"but this config has {settings(engine)}, so the report would name it for an engine "
+        f"it did not run; {fix}engine={engine.label} as registered, with no engine.name or "
+        "engine.label override"
+    )
+
+
+def _ignored_options(engine: EngineConfig) -> list[str]:
+    """Options set away from their defaults that the adapter would silently ignore."""
+    errors = []
+    for option in OPTIONS:
+        value = getattr(engine, option)
+        if value == getattr(DEFAULTS, option) or option in ADAPTER_OPTIONS[engine.name]:
+            continue
+        readers = " or ".join(f"engine={label}" for label in _labels_reading(option, value))
+        errors.append(
+            f"engine.{option}={shown(value)} is not read by engine.name={engine.name}, which "
+            f"would run without it; drop it, or use {readers}"
+        )
+    return errors
+
+
+def _labels_reading(option: str, value: Any) -> list[str]:
+    """Labels whose adapter reads `option` and whose registered settings allow `value`."""
+    return [
+        s.label
+        for s in ENGINE_SPECS
+        if option in ADAPTER_OPTIONS[s.name]
+        and (option not in _identifying(s.name) or getattr(s.config(), option) == value)
+    ]
