@@ -7,6 +7,9 @@ tensor and every op of the real code is seen, no memory and no FLOPs are spent.
 
 `PROBES[model_impl]` builds the probed modules of one implementation: `native`
 (harness/models/llama.py) or `hf` (the transformers model a job with model_impl=hf trains).
+
+`python -m harness.plan.probe give-way [...]` runs the one-GPU probe of the SM hand-out
+rules (`give_way_probe.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,3 +165,23 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# `python -m harness.plan.probe <command>`: probes that run on a device, not under fake tensors
+COMMANDS = {"give-way": "the SM hand-out rules' waits, on one CUDA GPU (give_way_probe.py)"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        listed = "; ".join(f"{name}: {what}" for name, what in COMMANDS.items())
+        print(f"usage: python -m harness.plan.probe <command> [options]; commands: {listed}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    from harness.plan.give_way_probe import main as give_way
+
+    return give_way(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
