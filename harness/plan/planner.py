@@ -7,8 +7,15 @@ from typing import Any
 
 from harness.config import DeviceSpec, JobConfig
 from harness.models.shapes import shape_of
+from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
 from harness.plan.calibration import Calibration
-from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory, yafsdp_budget
+from harness.plan.memory import (
+    MemoryCase,
+    MemoryEstimate,
+    estimate_memory,
+    moments_by_class,
+    yafsdp_budget,
+)
 from harness.plan.network import MeasuredNetwork, NcclRing
 from harness.plan.timing import (
     CollectivePricer,
@@ -31,6 +38,7 @@ class PlanRow:
     constants: dict[str, dict[str, Any]] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
+    allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cfg
@@ -61,6 +69,7 @@ class PlanRow:
             "speedup_vs": self.speedup or None,
             "why": self.why or None,
             "constants": self.constants or None,
+            "allocator": self.allocator.to_dict() if self.allocator else None,
         }
 
 
@@ -286,7 +295,10 @@ def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
     time = predict_time(cfg, measured)
-    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {})
+    case = memory_case(cfg, measured=measured)
+    allocator = estimate_allocator(moments_by_class(case), cfg.engine.label, int(have) or None)
+    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
+                   allocator=allocator)  # fmt: skip
 
 
 def describe_row(t: TimeEstimate) -> dict[str, Any]:
@@ -313,11 +325,19 @@ def add_speedups(rows: list[PlanRow]) -> None:
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
                 row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                            label)  # fmt: skip
-                row.why[label] += [n for r in (other, row) if (n := near_capacity(r))]
+                row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
 
 
 # A predicted peak past this share of device memory is flagged (not priced): see below.
 NEAR_CAPACITY = 0.9
+
+
+def memory_note(row: PlanRow) -> str | None:
+    """The allocator's retries where its streams are derived (`allocator.py`), else a note
+    where the predicted peak nears the device's memory."""
+    if row.allocator is not None:
+        return retry_note(row.cfg.engine.label, row.allocator, row.cfg.device_memory_gb)
+    return near_capacity(row)
 
 
 def near_capacity(row: PlanRow) -> str | None:
