@@ -54,7 +54,15 @@ STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
 # them. Everything else in the config counts.
 # device_spec holds the planner's figures: they change predictions, never a measurement.
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
+    {
+        "dry_run",
+        "quiet",
+        "verbose",
+        "job_timeout_s",
+        "collective_timeout_s",
+        "device_spec",
+        "torch_version",
+    }
 )
 
 

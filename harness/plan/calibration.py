@@ -152,8 +152,15 @@ def _from_sweep(sweep_dir: Path) -> Calibration:
 
 
 def _metrics(path: Path) -> dict[str, Any]:
+    """The measured figures of one result.json, through the typed reader; {} for a result
+    that cannot be trusted (a half-written or foreign file is skipped, not fatal)."""
+    from harness.result import CorruptResultError, read_result
+
     try:
-        metrics = json.loads(path.read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):
+        metrics = read_result(path).metrics
+    except CorruptResultError:
         return {}
-    return metrics if isinstance(metrics, dict) else {}
+    return {
+        "device_memory_outside_allocator_bytes": metrics.device_memory_outside_allocator_bytes,
+        "bandwidth": metrics.bandwidth,
+    }

@@ -9,6 +9,7 @@ from harness.config import DeviceSpec, JobConfig
 from harness.models.shapes import shape_of
 from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
 from harness.plan.calibration import Calibration
+from harness.plan.give_way import GiveWayConstants
 from harness.plan.memory import (
     MemoryCase,
     MemoryEstimate,
@@ -17,6 +18,7 @@ from harness.plan.memory import (
     yafsdp_budget,
 )
 from harness.plan.network import MeasuredNetwork, NcclRing
+from harness.plan.streams import resolve_torch_version
 from harness.plan.timing import (
     CollectivePricer,
     TimeCase,
@@ -200,6 +202,8 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
         reduce_dtype=cfg.engine.reduce_dtype,
         model_impl=getattr(cfg, "model_impl", "native"),
         memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured),
+        torch_version=resolve_torch_version(getattr(cfg, "torch_version", "")),
+        give_way=(measured.give_way if measured else None) or GiveWayConstants(),
     )
 
 

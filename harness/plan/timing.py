@@ -17,25 +17,22 @@ Two views of the result:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from harness.config import DeviceSpec
 from harness.engines.registry import resolve, spec_of
 from harness.models.shapes import shape_of
 from harness.plan.compute import ComputeModel
+from harness.plan.fsdp1_program import fsdp1_program
+from harness.plan.fsdp2_program import fsdp2_program
+from harness.plan.give_way import GiveWayConstants
 from harness.plan.kernels import KernelCensus, kernel_census
 from harness.plan.mechanisms import applicable
 from harness.plan.probe import DTYPE_BYTES
-from harness.plan.programs import (
-    ModelCosts,
-    PartCost,
-    StepContext,
-    fsdp1_program,
-    fsdp2_program,
-    local_program,
-)
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, Timeline, simulate
+from harness.plan.programs import ModelCosts, PartCost, StepContext, local_program
+from harness.plan.simulate import COMM, COMPUTE, SIDE, HandOut, Op, Timeline, simulate
+from harness.plan.streams import resolve_torch_version, stream_priorities
 from harness.plan.units import fsdp1_units, fsdp2_units
 
 # Gaps in the compute stream shorter than this are not counted as a unit waiting.
@@ -59,6 +56,8 @@ class TimeCase:
     reduce_dtype: str = "fp32"
     model_impl: str = "native"
     memory_budget_bytes: int | None = None  # yafsdp: its buffer plan is chosen for it
+    torch_version: str = ""  # whose engine code and streams the plan models; "": installed
+    give_way: GiveWayConstants = field(default_factory=GiveWayConstants)
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,12 @@ def model_costs(
 ) -> ModelCosts:
     def part(*phases: str) -> PartCost:
         times = [compute.phase(census, p, case.seq_len, case.micro_batch) for p in phases]
-        return PartCost(sum(t.seconds for t in times), sum(t.kernels for t in times))
+        kernels = tuple(
+            (compute.kernel_s(k, case.seq_len, case.micro_batch),
+             compute.kernel_waves(k, case.seq_len, case.micro_batch))
+            for p in phases for k in census.phases[p]
+        )  # fmt: skip
+        return PartCost(sum(t.seconds for t in times), sum(t.kernels for t in times), kernels)
 
     block_fwd = part("block.forward")
     plain_bwd = part("block.backward")
@@ -129,6 +133,7 @@ def build_program(
         launch_s=spec.launch_us * 1e-6,
         hook_s=spec.hook_us * 1e-6,
         mechanisms=mechanisms,
+        split_bytes=case.give_way.index32_split_bytes,
     )
     schedule: Callable[[TimeCase, ModelCosts, StepContext], list[Op]] = resolve(
         spec_of(case.engine).time_schedule
@@ -190,7 +195,23 @@ def _simulate(
     if "nccl_sm_contention" in mechanisms and spec.sm_count > spec.nccl_sms:
         slowdown = spec.nccl_sms / (spec.sm_count - spec.nccl_sms)
     sharing = "side_stream_sharing" in mechanisms
-    return program, simulate(program, overlap_slowdown=slowdown, side_sharing=sharing)
+    return program, simulate(program, overlap_slowdown=slowdown, side_sharing=sharing,
+                             hand_out_rules=hand_out_rules(case, spec, mechanisms))  # fmt: skip
+
+
+def hand_out_rules(case: TimeCase, spec: DeviceSpec, mechanisms: frozenset[str]) -> HandOut:
+    """The SM hand-out rules for this engine at the plan's torch version."""
+    constants = case.give_way
+    if spec.sm_count:
+        constants = replace(constants, sm_count=spec.sm_count)
+    version = resolve_torch_version(case.torch_version)
+    return HandOut(
+        priorities=stream_priorities(case.engine, version),
+        constants=constants,
+        world_size=case.world_size,
+        give_way="give_way" in mechanisms,
+        slowest_rank="slowest_rank" in mechanisms,
+    )
 
 
 def estimate_time(

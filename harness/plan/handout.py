@@ -1,0 +1,162 @@
+"""Who gets the SMs: the give-way waits of side kernels and collectives, and the slowest rank.
+
+The rules (`give_way.py` holds their constants and sources):
+- R1. A kernel on a stream of the compute stream's priority that becomes ready while a
+  compute kernel holds the SMs waits for that kernel's last wave (about its end).
+- R2. In a chain of such kernels (each ready when the one before ends), each after the
+  first waits for one more compute kernel: the one that started while it ran. A kernel
+  launched in several pieces (32-bit indexing) is such a chain.
+- R3. A collective is a kernel too: it needs SMs of its own, so it waits as its stream's
+  priority says (R1, or R4), and if it follows a chain, one more compute kernel (R2).
+- R4. A kernel on a higher-priority stream waits about one wave of the running kernel.
+- R5. Across W ranks a collective starts when the last rank is ready. Each rank meets the
+  chain's first wait at its own phase of the running kernel, uniform over the kernel's
+  spread s; this rank's own wait is a (as the program has it). The other W-1 ranks' waits
+  are independent uniforms on [0, s], so the expected start is
+      s * E[max(a/s, M)],  M the largest of W-1 uniforms on [0, 1],
+      E[max(x, M)] = x**W + (W-1)/W * (1 - x**W),
+  and the slowest rank adds s * (E[max(x, M)] - x): 0 at W = 1, towards s - a as W grows.
+
+The simulator (`simulate.py`) runs the program once without these waits, finds with this
+module which compute kernel each side kernel or collective meets, and runs it again with
+the waits added to their starts.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from harness.plan.give_way import GiveWayConstants
+from harness.plan.simulate_ops import COMM, COMPUTE, Op, Timeline
+
+# Waves of a memory-bound kernel when its size is not known: thousands (one wave is
+# negligible), see GiveWayConstants.memory_kernel_waves.
+MANY_WAVES = 1e4
+
+
+@dataclass(frozen=True)
+class HandOut:
+    """The rules' inputs: each stream's priority, the constants, the world, the switches."""
+
+    priorities: dict[str, int]
+    constants: GiveWayConstants = field(default_factory=GiveWayConstants)
+    world_size: int = 1
+    give_way: bool = True
+    slowest_rank: bool = True
+
+
+@dataclass
+class Waits:
+    """Per operation: the give-way wait added to its start, the slowest rank's, and for a
+    collective the side kernels of its chain (for the cycle's explanation)."""
+
+    give_way: dict[str, float] = field(default_factory=dict)
+    slowest_rank: dict[str, float] = field(default_factory=dict)
+    chain: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def expected_slowest_extra(own: float, spread: float, world: int) -> float:
+    """R5: the expected extra wait for the last of `world` ranks, given this rank's own
+    wait `own` and waits uniform on [0, spread] at the other ranks."""
+    if world <= 1 or spread <= 0:
+        return 0.0
+    x = min(max(own / spread, 0.0), 1.0)
+    expected = x**world + (world - 1) / world * (1.0 - x**world)
+    return spread * max(expected - x, 0.0)
+
+
+class _ComputeKernels:
+    """The compute stream's kernels, in order, as the first pass ran them."""
+
+    def __init__(self, program: list[Op], timeline: Timeline) -> None:
+        self.kernels: list[tuple[float, float, float]] = []  # start, seconds, waves
+        for op in program:
+            if op.stream != COMPUTE or op.seconds <= 0:
+                continue
+            t = timeline.start[op.name]
+            parts = op.kernels or ((op.seconds, MANY_WAVES),)
+            scale = (timeline.end[op.name] - t) / (sum(s for s, _ in parts) or 1.0)
+            for seconds, waves in parts:
+                self.kernels.append((t, seconds * scale, max(waves, 1.0)))
+                t += seconds * scale
+        self.starts = [k[0] for k in self.kernels]
+
+    def running_at(self, t: float) -> int | None:
+        i = bisect.bisect_right(self.starts, t) - 1
+        if i >= 0 and t < self.kernels[i][0] + self.kernels[i][1]:
+            return i
+        return None
+
+    def duration(self, i: int) -> float:
+        return self.kernels[i][1] if 0 <= i < len(self.kernels) else 0.0
+
+
+def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
+    """Each side kernel's and collective's wait for the SMs (R1-R4), and each collective's
+    wait for the slowest rank (R5), from the first pass's timeline."""
+    waits = Waits()
+    if not (rules.give_way or rules.slowest_rank):
+        return waits
+    kernels = _ComputeKernels(program, timeline)
+    c = rules.constants
+    position: dict[str, int] = {}  # a waiting op -> the compute kernel it waited behind
+    phase: dict[str, tuple[float, float]] = {}  # the chain's first wait and its spread
+    side_chain: dict[str, tuple[str, ...]] = {}
+    compute_priority = rules.priorities.get(COMPUTE, 0)
+    for op in program:
+        if op.stream == COMPUTE or op.seconds <= 0:
+            continue
+        higher = rules.priorities.get(op.stream, 0) < compute_priority
+        collective = op.stream == COMM
+        before = _chained_after(op, timeline, position)
+        wait, at = 0.0, None
+        if before is not None and not higher:  # R2/R3: one more compute kernel
+            at = position[before] + 1
+            wait = kernels.duration(at) * (c.collective_equal_priority_wait if collective
+                                           else c.equal_priority_wait)  # fmt: skip
+            phase[op.name] = phase.get(before, (0.0, 0.0))
+        else:
+            at = kernels.running_at(timeline.start[op.name])
+            if at is not None:
+                start, seconds, waves = kernels.kernels[at]
+                remaining = start + seconds - timeline.start[op.name]
+                if higher:
+                    n = c.collective_high_priority_wait_waves if collective else (
+                        c.high_priority_wait_waves)  # fmt: skip
+                    wave = seconds / waves
+                    wait = min(remaining, wave * n)
+                    phase[op.name] = (wait, wave * c.rank_phase_spread)
+                else:
+                    share = c.collective_equal_priority_wait if collective else (
+                        c.equal_priority_wait)  # fmt: skip
+                    wait = remaining * share
+                    phase[op.name] = (wait, seconds * c.rank_phase_spread)
+        for _ in range(max(op.launches, 1) - 1):  # R2: the op's further launches
+            if at is None or higher:
+                break
+            at += 1
+            wait += kernels.duration(at) * c.equal_priority_wait
+        if at is not None and not higher and wait > 0:
+            position[op.name] = at
+        if rules.give_way and wait > 0:
+            waits.give_way[op.name] = wait
+        chain = (*side_chain.get(before, ()), before) if before else ()
+        side_chain[op.name] = chain
+        if collective:
+            waits.chain[op.name] = chain
+            own, spread = phase.get(op.name, (0.0, 0.0))
+            extra = expected_slowest_extra(own, spread, rules.world_size)
+            if rules.slowest_rank and extra > 0:
+                waits.slowest_rank[op.name] = extra
+    return waits
+
+
+def _chained_after(op: Op, timeline: Timeline, position: dict[str, int]) -> str | None:
+    """The equal-priority kernel that gave way and whose end makes `op` ready, if any."""
+    if not op.waits:
+        return None
+    latest = max(op.waits, key=lambda w: timeline.end[w])
+    if latest in position and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
+        return latest
+    return None
