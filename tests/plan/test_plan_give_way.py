@@ -17,9 +17,11 @@ MS = 1e-3
 GEMM = Op("gemm", COMPUTE, 3 * MS, "compute", kernels=((3 * MS, 10.0),))
 
 
-def _rules(side: int, comm: int = 0, world: int = 1, **switches: bool) -> HandOut:
+def _rules(
+    side: int, comm: int = 0, world: int = 1, give_way: bool = True, slowest_rank: bool = True
+) -> HandOut:
     return HandOut(priorities={COMPUTE: 0, SIDE: side, COMM: comm}, world_size=world,
-                   **switches)  # fmt: skip
+                   give_way=give_way, slowest_rank=slowest_rank)  # fmt: skip
 
 
 def _side(ready_ms: float, seconds_ms: float = 1.0, launches: int = 1) -> Op:
