@@ -24,6 +24,7 @@ from harness.config import DeviceSpec
 from harness.engines.registry import resolve, spec_of
 from harness.models.shapes import shape_of
 from harness.plan.compute import ComputeModel
+from harness.plan.cycle import cycle, give_way_detail
 from harness.plan.fsdp1_program import fsdp1_program
 from harness.plan.fsdp2_program import fsdp2_program
 from harness.plan.give_way import GiveWayConstants
@@ -73,6 +74,8 @@ class TimeEstimate:
     breakdown: dict[str, float] = field(default_factory=dict)
     mechanisms: dict[str, float] = field(default_factory=dict)
     waits: dict[str, list[str]] = field(default_factory=dict)  # cause -> units that waited
+    give_way: dict[str, Any] = field(default_factory=dict)  # `cycle.give_way_detail`
+    cycle: dict[str, Any] | None = None  # one steady-state backward unit (`cycle.py`)
 
 
 def model_costs(
@@ -251,6 +254,8 @@ def estimate_time(
         breakdown=breakdown,
         mechanisms=costs,
         waits=waits,
+        give_way=give_way_detail(program, timeline),
+        cycle=cycle(program, timeline),
     )
 
 
@@ -317,4 +322,6 @@ def describe(estimate: TimeEstimate) -> dict[str, Any]:
         "breakdown": {k: round(v, 6) for k, v in estimate.breakdown.items()},
         "mechanisms": {k: round(v, 6) for k, v in estimate.mechanisms.items()},
         "waits": {k: len(v) for k, v in estimate.waits.items()},
+        "give_way": estimate.give_way,
+        "cycle": estimate.cycle,
     }
