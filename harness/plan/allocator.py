@@ -141,5 +141,5 @@ def retry_note(engine: str, estimate: AllocatorEstimate, device_gib: float) -> s
         f"pools ({pools} GiB; allocated peak {estimate.allocated_peak_bytes / gib:.1f}) "
         f"against {device_gib:g} GiB: at least {estimate.retries_per_step} allocator "
         f"retries a step (first at {estimate.retry_moments[0]}), each freeing the cache "
-        "with a device synchronisation; not priced (the host's lead it loses is not modelled)"
+        "with a device synchronisation; not priced here (the host's lead it loses is not modelled)"
     )

@@ -337,10 +337,12 @@ NEAR_CAPACITY = 0.9
 
 
 def memory_note(row: PlanRow) -> str | None:
-    """The allocator's retries where its streams are derived (`allocator.py`), else a note
-    where the predicted peak nears the device's memory."""
-    if row.allocator is not None:
-        return retry_note(row.cfg.engine.label, row.allocator, row.cfg.device_memory_gb)
+    """Where the allocator's per-stream pools outgrow the device (`allocator.py`), its
+    retries; else, where the peak nears the device's memory, a note: fragmentation within
+    a pool, which is not modelled, can make it retry there too."""
+    engine, gib = row.cfg.engine.label, row.cfg.device_memory_gb
+    if row.allocator is not None and (note := retry_note(engine, row.allocator, gib)):
+        return note
     return near_capacity(row)
 
 
