@@ -255,13 +255,15 @@ SPEEDUP_RUNS: tuple[SpeedupRun, ...] = (
             "micro_batch=8",
             "seq_len=2048",
             "ckpt_layers=32",
+            "torch_version=2.4",
         ),  # fmt: skip
         tokens_per_s=((6100, 6300), (6100, 6200)),
         assumed="torchtitan's '7B' flavour is Llama 2 7B's shape with its 32000-token "
         "tokenizer; its FSDP1 used use_orig_params=True, BACKWARD_PRE and no forward "
         "prefetch, its FSDP2 kept the last block unsharded after forward (the commit names "
         "that and the single divide as why FSDP2 is faster); its 95 GiB H100s are priced "
-        "with the H100-80GB SXM profile (a speedup, not a time, is compared)",
+        "with the H100-80GB SXM profile (a speedup, not a time, is compared); torch was "
+        "'the latest pytorch nightly' (its README), 2.4 in development in March 2024",
     ),
 )
 
