@@ -150,6 +150,7 @@ class Session:
     gemm: tuple[int, int, int]
     waves: int
     delays: tuple[StartDelay, ...]
+    launches: tuple[int, ...] = ()  # side kernels per trial (`launches_per_chain`)
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -184,7 +185,8 @@ def constants_from(sessions: Iterable[Session]) -> dict[str, float]:
 
 
 def summary(sessions: Iterable[Session]) -> list[dict[str, Any]]:
-    """Per session: its samples' median wait and how many had no compute kernel in the way."""
+    """Per session: its samples' median wait, how many had no compute kernel in the way, and
+    how many kernels the side work launched per trial (the 32-bit indexing split shows)."""
     rows = []
     for s in sessions:
         rows.append({
@@ -192,6 +194,7 @@ def summary(sessions: Iterable[Session]) -> list[dict[str, Any]]:
             "waves": s.waves, "samples": len(s.delays),
             "unblocked": sum(d.blocker is None for d in s.delays),
             "median_wait_us": _median(d.wait_us for d in s.delays),
+            "launches_per_trial": sorted(set(s.launches)),
         })  # fmt: skip
     return rows
 

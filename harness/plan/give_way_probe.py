@@ -10,7 +10,9 @@ the planner's kernel census at `--seq-len` and `--micro-batch`; 8 for Llama 2 34
     divide (`div_`);
   - `collective`: a copy kernel standing in for a collective: `--channels` blocks of 512
     threads, as NCCL runs one block per channel (Triton);
-- each side at stream priority 0 and at -1: 4 sessions per shape, `--trials` phases each.
+- each side at stream priority 0 and at -1: 4 sessions per shape, `--trials` phases each;
+  the kernels each trial's side work launched are counted too (a cast or divide of more
+  than 2**31 bytes launches twice: 34B's and 70B's fp32 gradients).
 What it measures: torch.profiler traces every kernel; `give_way_delays` turns the spans
 into each side kernel's start delay after it became ready, as a share of the running
 GEMM's time left (priority 0) and in the GEMM's waves (priority -1; waves from the
@@ -42,6 +44,7 @@ from harness.plan.give_way_delays import (
     calibration_document,
     gemm_waves,
     kernel_spans,
+    launches_per_chain,
     start_delays,
     write_calibration,
 )
@@ -191,7 +194,8 @@ def run_session(work: Work, gemm: tuple[int, int, int], kind: str, priority: int
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
         spans = kernel_spans(json.loads(path.read_text()))
-    return Session(kind, priority, gemm, waves, tuple(start_delays(spans)))
+    return Session(kind, priority, gemm, waves, tuple(start_delays(spans)),
+                   tuple(launches_per_chain(spans)))  # fmt: skip
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -102,6 +102,13 @@ def test_spin_kernels_on_two_streams_are_refused() -> None:
         start_delays(spans)
 
 
+def test_a_session_reports_its_launches_per_trial() -> None:
+    from harness.plan.give_way_delays import summary
+
+    (row,) = summary([Session("chain", 0, (1, 2, 3), 1, (), (4, 4, 2))])
+    assert row["launches_per_trial"] == [2, 4] and row["gemm_mnk"] == [1, 2, 3]
+
+
 def test_launches_per_chain_show_the_32_bit_split() -> None:
     chain = [Span(f"k{i}", SIDE, 2 + i, 3 + i) for i in range(4)]
     spans = [Span("spin_kernel", SIDE, 0, 1), *chain, Span("spin_kernel", SIDE, 10, 11),
@@ -152,6 +159,7 @@ def test_the_file_it_writes_reads_back_through_calibration(tmp_path: Path) -> No
     write_calibration(path, doc)
     on_disk = json.loads(path.read_text())
     assert on_disk["give_way"]["samples"][0]["samples"] == 1
+    assert on_disk["give_way"]["samples"][0]["launches_per_trial"] == []
     measured = calibration_from(path)
     assert measured.give_way == GiveWayConstants(
         equal_priority_wait=0.5, high_priority_wait_waves=2.0, sm_count=132
