@@ -28,7 +28,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from harness.plan.give_way import GiveWayConstants
-from harness.plan.simulate_ops import COMM, COMPUTE, Op, Timeline
+from harness.plan.simulate_ops import COMM, COMPUTE, SIDE, Op, Timeline
 
 # Waves of a memory-bound kernel when its size is not known: thousands (one wave is
 # negligible), see GiveWayConstants.memory_kernel_waves.
@@ -104,12 +104,14 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
     phase: dict[str, tuple[float, float]] = {}  # the chain's first wait and its spread
     side_chain: dict[str, tuple[str, ...]] = {}
     compute_priority = rules.priorities.get(COMPUTE, 0)
+    stream_of = {o.name: o.stream for o in program}
     for op in program:
         if op.stream == COMPUTE or op.seconds <= 0:
             continue
         higher = rules.priorities.get(op.stream, 0) < compute_priority
         collective = op.stream == COMM
-        before = _chained_after(op, timeline, position)
+        pred = _made_ready_by(op, timeline, stream_of)
+        before = pred if pred in position else None
         wait, at = 0.0, None
         if before is not None and not higher:  # R2/R3: one more compute kernel
             at = position[before] + 1
@@ -141,7 +143,7 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
             position[op.name] = at
         if rules.give_way and wait > 0:
             waits.give_way[op.name] = wait
-        chain = (*side_chain.get(before, ()), before) if before else ()
+        chain = (*side_chain.get(pred, ()), pred) if pred else ()
         side_chain[op.name] = chain
         if collective:
             waits.chain[op.name] = chain
@@ -152,11 +154,11 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
     return waits
 
 
-def _chained_after(op: Op, timeline: Timeline, position: dict[str, int]) -> str | None:
-    """The equal-priority kernel that gave way and whose end makes `op` ready, if any."""
+def _made_ready_by(op: Op, timeline: Timeline, stream_of: dict[str, str]) -> str | None:
+    """The side kernel whose end makes `op` ready, if any (its chain's last link)."""
     if not op.waits:
         return None
     latest = max(op.waits, key=lambda w: timeline.end[w])
-    if latest in position and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
+    if stream_of[latest] == SIDE and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
         return latest
     return None
