@@ -25,6 +25,7 @@ _PART_WORDS = {
     "exposed reduce_scatter": "compute waiting for reduce-scatters",
     "exposed all_reduce": "compute waiting for all-reduces",
     "waits for the host": "compute waiting for the host (kernel launches, hooks, rate limiter)",
+    "allocator retries": "compute waiting while the allocator's retries synchronise the device",
     "waits for the side stream": "compute waiting for the post-backward stream",
     "fsdp1_flat_grad": "FSDP1's flat-gradient copies",
     "fsdp1_shard_cast": "FSDP1's casts of the fp32 shards before each gather",
@@ -45,6 +46,7 @@ _MECHANISM_WORDS = {
     "side_stream_sharing": "side-stream kernels sharing the GPU with compute",
     "give_way": "kernels giving way to compute for the SMs",
     "slowest_rank": "collectives waiting for the slowest rank",
+    "allocator_retries": "allocator retries (cache freed, device synchronised)",
 }
 
 
