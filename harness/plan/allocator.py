@@ -23,11 +23,10 @@ stream's gradient on it; everything autograd makes is on the compute stream. yaf
 FSDP2 gathers into a buffer of its copy-in stream and copies out on the compute stream,
 two copies the memory model holds as one, so its split is not derived here.
 
-What is not derived: fragmentation within one stream's pool (blocks of unequal sizes),
-and the price of a retry. A retry blocks the host until every stream's queued work is
-done and frees segments with `cudaFree`; what that costs is the host's lead over the GPU
-at that moment plus the driver calls' own time, neither of which the planner models, so
-retries are counted and flagged, not priced.
+What is not derived: fragmentation within one stream's pool (blocks of unequal sizes).
+A retry blocks the host until every stream's queued work is done: the time model prices
+it as the in-flight work that exposes (`retry_syncs.py`, the `allocator_retries`
+mechanism); cudaFree's and cudaMalloc's own host time has no public figure and is left out.
 """
 
 from __future__ import annotations
@@ -62,7 +61,6 @@ class AllocatorEstimate:
             "stream_peaks": self.stream_peaks,
             "retries_per_step": self.retries_per_step,
             "retry_moments": list(self.retry_moments),
-            "retries_priced": False,
         }
 
 
@@ -130,8 +128,11 @@ def _peaks(demands: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
-def retry_note(engine: str, estimate: AllocatorEstimate, device_gib: float) -> str | None:
-    """A why-line where the allocator is predicted to retry."""
+def retry_note(
+    engine: str, estimate: AllocatorEstimate, device_gib: float, price_s: float | None
+) -> str | None:
+    """A why-line where the allocator is predicted to retry; `price_s`: what the retries'
+    synchronisations add to the step (`retry_syncs.py`), None where not priced."""
     if not estimate.retries_per_step:
         return None
     gib = 2**30
@@ -141,5 +142,10 @@ def retry_note(engine: str, estimate: AllocatorEstimate, device_gib: float) -> s
         f"pools ({pools} GiB; allocated peak {estimate.allocated_peak_bytes / gib:.1f}) "
         f"against {device_gib:g} GiB: at least {estimate.retries_per_step} allocator "
         f"retries a step (first at {estimate.retry_moments[0]}), each freeing the cache "
-        "with a device synchronisation; not priced here (the host's lead it loses is not modelled)"
+        "with a device synchronisation"
+        + (
+            f": {price_s:+.3f} s a step, the in-flight work they expose"
+            if price_s is not None
+            else "; not priced here"
+        )
     )

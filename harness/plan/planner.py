@@ -18,6 +18,8 @@ from harness.plan.memory import (
     yafsdp_budget,
 )
 from harness.plan.network import MeasuredNetwork, NcclRing
+from harness.plan.retry_syncs import TERM as RETRY_TERM
+from harness.plan.retry_syncs import exposed_s, with_retry_term
 from harness.plan.streams import resolve_torch_version
 from harness.plan.timing import (
     CollectivePricer,
@@ -41,6 +43,12 @@ class PlanRow:
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
+
+    def _allocator_dict(self) -> dict[str, Any] | None:
+        if self.allocator is None:
+            return None
+        price = self.time.mechanisms.get(RETRY_TERM) if self.time else None
+        return {**self.allocator.to_dict(), "retry_s": price}
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cfg
@@ -71,7 +79,7 @@ class PlanRow:
             "speedup_vs": self.speedup or None,
             "why": self.why or None,
             "constants": self.constants or None,
-            "allocator": self.allocator.to_dict() if self.allocator else None,
+            "allocator": self._allocator_dict(),
         }
 
 
@@ -288,7 +296,22 @@ def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -
     return lo
 
 
-def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
+def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[str, ...]) -> float:
+    """What the allocator's retries at `moments` add to the step: the in-flight work their
+    device synchronisations expose on the engine's program (`retry_syncs.py`)."""
+    from harness.plan.mechanisms import applicable
+    from harness.plan.timing import build_program
+
+    net = network(cfg, measured)
+    assert net is not None, "priced only where the time is"
+    on = frozenset(applicable(cfg.engine.label))
+    return exposed_s(build_program(time_case(cfg, measured), cfg.device_spec, net, on), moments)
+
+
+def plan_row(
+    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True
+) -> PlanRow:
+    """`price_retries`: the allocator's retries as a term of the time (its switch)."""
     memory = estimate_memory(memory_case(cfg, measured=measured))
     have = cfg.device_memory_gb * GIB
     fits = memory.peak_bytes <= have if have else None
@@ -301,6 +324,8 @@ def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
     time = predict_time(cfg, measured)
     case = memory_case(cfg, measured=measured)
     allocator = estimate_allocator(moments_by_class(case), cfg.engine.label, int(have) or None)
+    if price_retries and time is not None and allocator and allocator.retries_per_step:
+        time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
     return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
                    allocator=allocator)  # fmt: skip
 
@@ -341,7 +366,8 @@ def memory_note(row: PlanRow) -> str | None:
     retries; else, where the peak nears the device's memory, a note: fragmentation within
     a pool, which is not modelled, can make it retry there too."""
     engine, gib = row.cfg.engine.label, row.cfg.device_memory_gb
-    if row.allocator is not None and (note := retry_note(engine, row.allocator, gib)):
+    price = row.time.mechanisms.get(RETRY_TERM) if row.time else None
+    if row.allocator is not None and (note := retry_note(engine, row.allocator, gib, price)):
         return note
     return near_capacity(row)
 

@@ -88,6 +88,48 @@ def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) 
     add_speedups(rows)
     fsdp1 = next(r for r in rows if r.cfg.engine.label == engine)
     assert fsdp1.fits and fsdp1.allocator is not None and fsdp1.allocator.retries_per_step >= 1
-    assert fsdp1.to_dict()["allocator"]["retries_priced"] is False
     yafsdp = next(r for r in rows if r.cfg.engine.label == "yafsdp")
-    assert any("allocator retries" in line for line in yafsdp.why[engine])
+    assert any("allocator retries a step" in line for line in yafsdp.why[engine])
+    # priced as a term of its own, and switched off the step is that much shorter
+    assert fsdp1.time is not None
+    price = fsdp1.to_dict()["allocator"]["retry_s"]
+    assert price is not None and price >= 0
+    assert fsdp1.time.breakdown["allocator retries"] == price
+    unpriced = plan_row(replace(cfgs[engine], device_memory_gb=between), price_retries=False)
+    assert unpriced.time is not None and "allocator retries" not in unpriced.time.breakdown
+    assert fsdp1.time.iteration_time_s == pytest.approx(unpriced.time.iteration_time_s + price)
+
+
+# ---- a retry's price: the device synchronisation in the program ---------------------------
+
+
+def test_moments_map_onto_fsdp1_program_labels() -> None:
+    from harness.plan.retry_syncs import program_label
+
+    assert program_label("forward: block 3") == "forward.block 3"
+    assert program_label("forward: loss") == "forward.output"
+    assert program_label("backward: projection") == "backward.output"
+    assert program_label("backward: block 7 reduce") == "grads_done.block 7"
+    assert program_label("backward: output reduce") == "grads_done.output"
+    assert program_label("backward: embedding") == "backward.embedding"
+    assert program_label("after backward: all-reduce") is None
+
+
+def test_a_retry_exposes_the_collective_in_flight() -> None:
+    """By hand: a 3 s reduce-scatter is issued, then block 1's 1 s backward, then block 0's.
+    Unsynchronised, block 0 follows block 1 (ends at 2 s) and the step ends with the
+    collective at 3 s. A retry as block 0 is issued blocks the host until the collective
+    ends: block 0 runs 3-4 s, the step ends at 4 s: 1 s exposed."""
+    from harness.plan.retry_syncs import exposed_s, with_retry_syncs
+    from harness.plan.simulate import COMM, COMPUTE, Op
+
+    program = [
+        Op("1:reduce_scatter.block 2", COMM, 3.0, "comm"),
+        Op("2:backward.block 1", COMPUTE, 1.0, "compute"),
+        Op("3:backward.block 0", COMPUTE, 1.0, "compute"),
+    ]
+    synced = with_retry_syncs(program, ["backward: block 0"])
+    assert [op.name for op in synced][2] == "retry:3:backward.block 0"
+    assert synced[2].host_waits == ("2:backward.block 1", "1:reduce_scatter.block 2")
+    assert exposed_s(program, ["backward: block 0"]) == pytest.approx(1.0)
+    assert exposed_s(program, []) == 0.0

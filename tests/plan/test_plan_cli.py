@@ -128,7 +128,11 @@ def test_a_peak_near_device_memory_is_flagged_not_priced(capsys) -> None:
     for engine, row in by_engine.items():
         assert 0.9 * 80 * 2**30 <= row["peak_memory_bytes"] <= 80 * 2**30, engine
     notes = [line for line in by_engine["yafsdp"]["why"]["fsdp1"] if "note:" in line]
-    assert len(notes) == 2 and all("not priced here" in n for n in notes)
+    assert len(notes) == 2
+    # yafsdp's one pool: near capacity, fragmentation (not modelled) may make it retry
+    assert any("yafsdp's predicted peak" in n and "not priced here" in n for n in notes)
+    # FSDP1's three pools outgrow the device: counted retries, priced as what they expose
+    assert any("fsdp1 reserves" in n and "the in-flight work they expose" in n for n in notes)
     far = _json_rows(capsys, "hardware=a100_80gb", "model=llama2_70b", "gpus=256",
                      "seq_len=2048", "ckpt_layers=80", "engine=yafsdp,fsdp1")  # fmt: skip
     assert not any("note:" in line for r in far for line in (r["why"] or {}).get("fsdp1", []))
