@@ -95,7 +95,11 @@ def moments_by_class(case: MemoryCase) -> dict[str, dict[str, int]]:
 
 
 def estimate_memory(case: MemoryCase) -> MemoryEstimate:
-    moments = moments_by_class(case)
+    return peak_of(moments_by_class(case))
+
+
+def peak_of(moments: dict[str, dict[str, int]]) -> MemoryEstimate:
+    """The estimate of a step whose moments hold `moments` (`moments_by_class`)."""
     peak_name = max(moments, key=lambda k: sum(moments[k].values()))
     by_class = {c: moments[peak_name].get(c, 0) for c in CLASSES}
     return MemoryEstimate(

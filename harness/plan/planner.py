@@ -15,6 +15,7 @@ from harness.plan.memory import (
     MemoryEstimate,
     estimate_memory,
     moments_by_class,
+    peak_of,
     yafsdp_budget,
 )
 from harness.plan.network import MeasuredNetwork, NcclRing
@@ -312,7 +313,8 @@ def plan_row(
     cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True
 ) -> PlanRow:
     """`price_retries`: the allocator's retries as a term of the time (its switch)."""
-    memory = estimate_memory(memory_case(cfg, measured=measured))
+    moments = moments_by_class(memory_case(cfg, measured=measured))
+    memory = peak_of(moments)
     have = cfg.device_memory_gb * GIB
     fits = memory.peak_bytes <= have if have else None
     if not have:
@@ -322,8 +324,7 @@ def plan_row(
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
     time = predict_time(cfg, measured)
-    case = memory_case(cfg, measured=measured)
-    allocator = estimate_allocator(moments_by_class(case), cfg.engine.label, int(have) or None)
+    allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
     if price_retries and time is not None and allocator and allocator.retries_per_step:
         time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
     return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
