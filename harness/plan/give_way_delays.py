@@ -212,4 +212,13 @@ def calibration_document(
 
 
 def write_calibration(path: Path, document: dict[str, Any]) -> None:
+    """Write `document`; where `path` already holds a calibration file (the collectives
+    `python -m harness.bandwidth` measured), add or replace only its give_way section, so
+    one `calibration=` carries both."""
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = None
+    if isinstance(existing, dict) and existing.get("schema") == SCHEMA:
+        document = {**existing, "give_way": document["give_way"]}
     path.write_text(json.dumps(document, indent=1) + "\n")

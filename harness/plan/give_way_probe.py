@@ -60,7 +60,9 @@ HARDWARE_DIR = Path(__file__).resolve().parents[2] / "sweeps" / "hardware"
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m harness.plan.probe give-way",
                                  description=(__doc__ or "").split("\n\n")[0])  # fmt: skip
-    ap.add_argument("-o", "--output", type=Path, default=Path("give_way_calibration.json"))
+    ap.add_argument("-o", "--output", type=Path, default=Path("give_way_calibration.json"),
+                    help="calibration file to write; an existing one (harness.bandwidth's) "
+                    "keeps its collectives and gains the give_way section")  # fmt: skip
     ap.add_argument("--model", default="llama2_34b")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=1)

@@ -208,3 +208,20 @@ def test_the_probe_runs_the_models_own_backward_gemm_shapes() -> None:
     # dgrad and wgrad of every linear: 8 distinct shapes, the MLP's 22016 among them
     assert len(shapes) == 8 and len(set(shapes)) == 8
     assert (2048, 22016, 8192) in shapes and (8192, 22016, 2048) in shapes
+
+
+def test_it_adds_its_section_to_a_bandwidth_calibration(tmp_path: Path) -> None:
+    """One file carries both: the measured collectives stay, the give_way section joins."""
+    path = tmp_path / "calibration.json"
+    bandwidth = {"schema": "yafsdp-bench.calibration/1", "world_size": 8, "nodes": 1,
+                 "backend": "nccl", "measured_at": "earlier",
+                 "all_gather": [{"bytes": 2**20, "seconds": 1e-4}]}  # fmt: skip
+    path.write_text(json.dumps(bandwidth))
+    doc = calibration_document([_session("chain", 0, [400.0])], device="GPU", sm_count=132,
+                               torch_version="2.13.0", notes="")  # fmt: skip
+    write_calibration(path, doc)
+    measured = calibration_from(path)
+    assert measured.measured == ("collectives", "give_way")
+    assert measured.collectives[0].world_size == 8
+    assert measured.give_way is not None and measured.give_way.equal_priority_wait == 0.5
+    assert json.loads(path.read_text())["measured_at"] == "earlier"
