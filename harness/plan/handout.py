@@ -66,30 +66,68 @@ def expected_slowest_extra(own: float, spread: float, world: int) -> float:
     return spread * max(expected - x, 0.0)
 
 
+_LAYOUTS: dict[int, tuple[tuple, list[float], list[float], list[float]]] = {}
+
+
+def _layout(parts: tuple[tuple[float, float], ...]) -> tuple[list[float], list[float], list[float]]:
+    """Each kernel's offset in its op, seconds and waves; ops of the same part share one
+    tuple of kernels, so this is worked out once per part."""
+    found = _LAYOUTS.get(id(parts))
+    if found is None or found[0] is not parts:
+        offsets, t = [], 0.0
+        for seconds, _ in parts:
+            offsets.append(t)
+            t += seconds
+        found = (parts, offsets, [s for s, _ in parts], [max(w, 1.0) for _, w in parts])
+        if len(_LAYOUTS) > 4096:
+            _LAYOUTS.clear()
+        _LAYOUTS[id(parts)] = found
+    return found[1], found[2], found[3]
+
+
 class _ComputeKernels:
-    """The compute stream's kernels, in order, as the first pass ran them."""
+    """The compute stream's kernels, in order, as the first pass ran them; kernel i is the
+    i-th over the whole stream."""
 
     def __init__(self, program: list[Op], timeline: Timeline) -> None:
-        self.kernels: list[tuple[float, float, float]] = []  # start, seconds, waves
+        self.starts: list[float] = []  # each compute op's start, end and time scale
+        self.ends: list[float] = []
+        self.scales: list[float] = []
+        self.first: list[int] = []  # index of each op's first kernel
+        self.layouts: list[tuple[list[float], list[float], list[float]]] = []
+        count = 0
         for op in program:
             if op.stream != COMPUTE or op.seconds <= 0:
                 continue
-            t = timeline.start[op.name]
-            parts = op.kernels or ((op.seconds, MANY_WAVES),)
-            scale = (timeline.end[op.name] - t) / (sum(s for s, _ in parts) or 1.0)
-            for seconds, waves in parts:
-                self.kernels.append((t, seconds * scale, max(waves, 1.0)))
-                t += seconds * scale
-        self.starts = [k[0] for k in self.kernels]
+            parts = op.kernels
+            layout = _layout(parts) if parts else ([0.0], [op.seconds], [MANY_WAVES])
+            start, end = timeline.start[op.name], timeline.end[op.name]
+            self.starts.append(start)
+            self.ends.append(end)
+            self.scales.append((end - start) / ((layout[0][-1] + layout[1][-1]) or 1.0))
+            self.first.append(count)
+            self.layouts.append(layout)
+            count += len(layout[0])
+        self.count = count
 
     def running_at(self, t: float) -> int | None:
-        i = bisect.bisect_right(self.starts, t) - 1
-        if i >= 0 and t < self.kernels[i][0] + self.kernels[i][1]:
-            return i
-        return None
+        j = bisect.bisect_right(self.starts, t) - 1
+        if j < 0 or t >= self.ends[j]:
+            return None
+        offsets = self.layouts[j][0]
+        k = bisect.bisect_right(offsets, (t - self.starts[j]) / (self.scales[j] or 1.0)) - 1
+        return self.first[j] + max(k, 0)
+
+    def kernel(self, i: int) -> tuple[float, float, float]:
+        """Start, seconds and waves of kernel i."""
+        j = bisect.bisect_right(self.first, i) - 1
+        k = i - self.first[j]
+        offsets, seconds, waves = self.layouts[j]
+        scale = self.scales[j]
+        return self.starts[j] + offsets[k] * scale, seconds[k] * scale, waves[k]
 
     def duration(self, i: int) -> float:
-        return self.kernels[i][1] if 0 <= i < len(self.kernels) else 0.0
+        return self.kernel(i)[1] if 0 <= i < self.count else 0.0
 
 
 def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
@@ -121,7 +159,7 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
         else:
             at = kernels.running_at(timeline.start[op.name])
             if at is not None:
-                start, seconds, waves = kernels.kernels[at]
+                start, seconds, waves = kernels.kernel(at)
                 remaining = start + seconds - timeline.start[op.name]
                 if higher:
                     n = c.collective_high_priority_wait_waves if collective else (

@@ -17,7 +17,7 @@ yafsdp's program comes from its own schedule, run on the meta device (`yafsdp_pr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from harness.plan.simulate import COMM, COMPUTE, Op
 
@@ -88,6 +88,8 @@ class Program:
         unit: str = "",
         kind: str = "",
         nbytes: int = 0,
+        kernels: tuple[tuple[float, float], ...] = (),
+        launches: int = 1,
     ) -> str:
         self._count += 1
         name = f"{self._count}:{label}"
@@ -103,17 +105,16 @@ class Program:
                 unit=unit,
                 kind=kind,
                 nbytes=nbytes,
+                kernels=kernels,
+                launches=launches,
             )
         )
         return name
 
     def compute(self, part: PartCost, label: str, unit: str, waits: tuple = ()) -> str:
         host = part.kernels * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
-        name = self.add(COMPUTE, part.seconds, "compute", label=label, unit=unit,
-                        waits=waits, host_s=host)  # fmt: skip
-        if part.times:
-            self.ops[-1] = replace(self.ops[-1], kernels=part.times)
-        return name
+        return self.add(COMPUTE, part.seconds, "compute", label=label, unit=unit,
+                        waits=waits, host_s=host, kernels=part.times)  # fmt: skip
 
     def memory(
         self, nbytes: float, term: str, label: str, *, stream: str = COMPUTE, unit: str = "",
@@ -122,12 +123,9 @@ class Program:
         """`kernels` kernels moving `nbytes` in all (priced as one); `launches`: pieces one
         kernel is launched in (`split_launches`), each a kernel of its own."""
         host = kernels * launches * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
-        name = self.add(stream, self.ctx.memory_s(nbytes) + (launches - 1) * self.ctx.memory_s(0),
-                        term, label=label, unit=unit, waits=waits, host_s=host,
-                        nbytes=int(nbytes))  # fmt: skip
-        if launches > 1:
-            self.ops[-1] = replace(self.ops[-1], launches=launches)
-        return name
+        seconds = self.ctx.memory_s(nbytes) + (launches - 1) * self.ctx.memory_s(0)
+        return self.add(stream, seconds, term, label=label, unit=unit, waits=waits,
+                        host_s=host, nbytes=int(nbytes), launches=launches)  # fmt: skip
 
     def collective(
         self, kind: str, nbytes: float, unit: str, *, waits: tuple = (), host_waits: tuple = ()
