@@ -54,33 +54,53 @@ def _fsdp1_step(
 ) -> deque[str | None]:  # fmt: skip
     """One step of FSDP1 onto `prog`; returns the rate limiter's queue as the step leaves
     it (`free_events`: the free events recorded and not yet waited for)."""
-    ctx = prog.ctx
-    p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
-    names = part_names(len(sizes) - 2)
-    n = len(sizes)
-    gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
+    step = _Fsdp1Step(prog, costs, sizes, root, free_events)
+    for _micro in range(prog.ctx.grad_accum):
+        step.forward()
+        step.backward()
+    clip_and_step(prog, (sum(sizes) + root) // prog.ctx.world_size)
+    return free_events
 
-    def unshard(i: int, *, gather: bool = True) -> None:
+
+class _Fsdp1Step:
+    """The hooks of one FSDP1 step, issuing onto one program."""
+
+    def __init__(
+        self, prog: Program, costs: ModelCosts, sizes: list[int], root: int,
+        free_events: deque[str | None],
+    ) -> None:  # fmt: skip
+        self.prog, self.ctx, self.costs = prog, prog.ctx, costs
+        self.sizes, self.root, self.free_events = sizes, root, free_events
+        self.names = part_names(len(sizes) - 2)
+        self.gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
+
+    def _unit(self, i: int) -> tuple[str, int]:
+        return ("root", self.root) if i < 0 else (self.names[i], self.sizes[i])
+
+    def unshard(self, i: int, *, gather: bool = True) -> None:
         """`_unshard`: the rate limiter's check, then the gather (none for a unit still
         gathered, as the root is in backward)."""
-        unit = "root" if i < 0 else names[i]
+        prog, ctx = self.prog, self.ctx
+        unit, size = self._unit(i)
         if ctx.on("rate_limiter"):
-            waits_host = (free_events.popleft(),) if len(free_events) >= 2 else ()
+            queue = self.free_events
+            waits_host = (queue.popleft(),) if len(queue) >= 2 else ()
             label = f"limiter.{unit}" + (".waits" if waits_host else "")
             prog.add(COMPUTE, 0.0, "rate_limiter", label=label, unit=unit,
                      host_waits=waits_host)  # fmt: skip
         if not gather:
             return
-        size = root if i < 0 else sizes[i]
         # pre-unshard: the fp32 shard cast to the param dtype (on its own stream)
-        cast = prog.memory((FP32 + p) * size // world, "fsdp1_shard_cast",
-                           f"shard_cast.{unit}", stream=SIDE, unit=unit)  # fmt: skip
-        gathered[i] = prog.collective("all_gather", size * p, unit, waits=(cast,))
+        cast = prog.memory((FP32 + ctx.param_bytes) * size // ctx.world_size,
+                           "fsdp1_shard_cast", f"shard_cast.{unit}", stream=SIDE,
+                           unit=unit)  # fmt: skip
+        self.gathered[i] = prog.collective("all_gather", size * ctx.param_bytes, unit,
+                                           waits=(cast,))  # fmt: skip
 
-    def free(unit: str) -> None:
-        free_events.append(prog.marker(COMPUTE, f"free.{unit}"))
+    def free(self, unit: str) -> None:
+        self.free_events.append(self.prog.marker(COMPUTE, f"free.{unit}"))
 
-    def reduce(i: int) -> None:
+    def reduce(self, i: int) -> None:
         """The chain between a unit's last backward kernel and its reduce-scatter, all at
         the compute stream's priority (`streams.py`): on the post-backward stream, the
         cast to the reduce dtype when it differs (`_post_backward_hook`:
@@ -88,68 +108,70 @@ def _fsdp1_step(
         `_div_if_needed(padded_unsharded_grad, _gradient_predivide_factor)`), each launched
         in pieces past 2**31 bytes; the reduce-scatter; then the shard's post-divide and
         its accumulation."""
-        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
-        after = prog.marker(COMPUTE, f"grads_done.{unit}")
-        waits: tuple = (after,)
+        prog, ctx = self.prog, self.ctx
+        p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
+        unit, size = self._unit(i)
+        waits: tuple = (prog.marker(COMPUTE, f"grads_done.{unit}"),)
+        launches = split_launches(r * size, ctx.split_bytes)
         if ctx.on("fsdp1_grad_upcast"):
             if r != p:
-                up = prog.memory((p + r) * size, "fsdp1_grad_upcast", f"upcast.{unit}",
-                                 stream=SIDE, unit=unit, waits=waits,
-                                 launches=split_launches(r * size, ctx.split_bytes))  # fmt: skip
-                waits = (up,)
+                waits = (prog.memory((p + r) * size, "fsdp1_grad_upcast", f"upcast.{unit}",
+                                     stream=SIDE, unit=unit, waits=waits,
+                                     launches=launches),)  # fmt: skip
             if predivide_factor(world) > 1:
-                pre = prog.memory(2 * r * size, "fsdp1_grad_upcast", f"predivide.{unit}",
-                                  stream=SIDE, unit=unit, waits=waits,
-                                  launches=split_launches(r * size, ctx.split_bytes))  # fmt: skip
-                waits = (pre,)
+                waits = (prog.memory(2 * r * size, "fsdp1_grad_upcast", f"predivide.{unit}",
+                                     stream=SIDE, unit=unit, waits=waits,
+                                     launches=launches),)  # fmt: skip
         rs = prog.collective("reduce_scatter", size * r, unit, waits=waits)
         if ctx.on("fsdp1_grad_upcast"):  # post-divide and accumulation of the shard
             prog.memory(5 * r * size // world, "fsdp1_grad_upcast", f"postdivide.{unit}",
                         stream=SIDE, unit=unit, waits=(rs,), kernels=2)  # fmt: skip
 
-    def post_backward(i: int) -> None:
-        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
-        if ctx.on("fsdp1_flat_grad"):  # per-parameter grads concatenated into the flat one
-            prog.memory(2 * p * size, "fsdp1_flat_grad", f"flat_grad.{unit}", unit=unit)
-        prog.hook("post_backward", unit)
-        free(unit)
-        reduce(i)
+    def post_backward(self, i: int) -> None:
+        unit, size = self._unit(i)
+        if self.ctx.on("fsdp1_flat_grad"):  # per-parameter grads concatenated into the flat one
+            self.prog.memory(2 * self.ctx.param_bytes * size, "fsdp1_flat_grad",
+                             f"flat_grad.{unit}", unit=unit)  # fmt: skip
+        self.prog.hook("post_backward", unit)
+        self.free(unit)
+        self.reduce(i)
 
-    for _micro in range(ctx.grad_accum):
-        unshard(-1)  # root
-        unshard(0)  # forward_prefetch from the root
+    def forward(self) -> None:
+        names, n = self.names, len(self.sizes)
+        self.unshard(-1)  # root
+        self.unshard(0)  # forward_prefetch from the root
         for i in range(n):
-            prog.hook("pre_forward", names[i])
-            if i not in gathered:
-                unshard(i)
+            self.prog.hook("pre_forward", names[i])
+            if i not in self.gathered:
+                self.unshard(i)
             if i + 1 < n:
-                unshard(i + 1)
-            prog.compute(costs.forward[i], f"forward.{names[i]}", names[i],
-                         waits=(gathered.pop(i),))  # fmt: skip
-            free(names[i])
-        gathered.pop(-1, None)  # the root stays gathered until the end of backward
+                self.unshard(i + 1)
+            self.prog.compute(self.costs.forward[i], f"forward.{names[i]}", names[i],
+                              waits=(self.gathered.pop(i),))  # fmt: skip
+            self.free(names[i])
+        self.gathered.pop(-1, None)  # the root stays gathered until the end of backward
+
+    def backward(self) -> None:
+        names, n, prog = self.names, len(self.sizes), self.prog
         pending: list[int] = []  # parts whose gradient hook has not fired yet
         for i in reversed(range(n)):
             prog.hook("pre_backward", names[i])
-            if i not in gathered:
-                unshard(i)
+            if i not in self.gathered:
+                self.unshard(i)
             if i - 1 >= 0:
-                unshard(i - 1)  # BACKWARD_PRE
+                self.unshard(i - 1)  # BACKWARD_PRE
             if i == n - 1:
-                unshard(-1, gather=False)  # the root's pre-backward
-            prog.compute(costs.backward[i], f"backward.{names[i]}", names[i],
-                         waits=(gathered.pop(i),))  # fmt: skip
+                self.unshard(-1, gather=False)  # the root's pre-backward
+            prog.compute(self.costs.backward[i], f"backward.{names[i]}", names[i],
+                         waits=(self.gathered.pop(i),))  # fmt: skip
             for j in pending:  # the previous part's hook fires after this part's kernels
-                post_backward(j)
+                self.post_backward(j)
             pending = [i]
         for j in pending:
-            post_backward(j)
-        post_backward(-1)  # the root's (final norm): freed, then reduced last
+            self.post_backward(j)
+        self.post_backward(-1)  # the root's (final norm): freed, then reduced last
         prog.add(COMPUTE, 0.0, "event", label="wait_post_backward",
                  waits=(prog.last(SIDE), prog.last(COMM)))  # fmt: skip
-    shard = (sum(sizes) + root) // world
-    clip_and_step(prog, shard)
-    return free_events
 
 
 def predivide_factor(world_size: int) -> int:
