@@ -108,6 +108,15 @@ def gemm_shapes(model: str, seq_len: int, micro_batch: int) -> list[tuple[int, i
     return list(dict.fromkeys((int(m), int(n), int(k)) for m, n, k in found))
 
 
+def triton_missing() -> str | None:
+    """Why the collective stand-in (a Triton kernel) cannot run here; None when it can."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        return f"triton is not importable: {e}"
+    return None
+
+
 @functools.cache
 def _channel_copy() -> Any:
     import triton
@@ -208,15 +217,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     props = torch.cuda.get_device_properties(0)
     tile = gemm_tile(args.hardware)
     work = Work(shape_of(args.model).layer_params(), args.channels)
+    sides = SIDES if triton_missing() is None else ("chain",)
     sessions = []
     for gemm in gemm_shapes(args.model, args.seq_len, args.micro_batch):
         waves = gemm_waves(gemm[0], gemm[1], tile, props.multi_processor_count)
-        for kind in SIDES:
+        for kind in sides:
             for priority in PRIORITIES:
                 print(f"[give-way] gemm {gemm} {kind} at priority {priority}", flush=True)
                 sessions.append(run_session(work, gemm, kind, priority, args.trials, waves))
     notes = (f"{args.model} seq {args.seq_len} x {args.micro_batch}; GEMM tile {tile} from "
-             f"hardware={args.hardware}; collective stand-in: {args.channels} blocks")  # fmt: skip
+             f"hardware={args.hardware}; collective stand-in: "
+             + (f"{args.channels} blocks" if "collective" in sides
+                else f"not run ({triton_missing()})"))  # fmt: skip
     return calibration_document(sessions, device=props.name, sm_count=props.multi_processor_count,
                                 torch_version=torch.__version__, notes=notes)  # fmt: skip
 

@@ -225,3 +225,21 @@ def test_it_adds_its_section_to_a_bandwidth_calibration(tmp_path: Path) -> None:
     assert measured.collectives[0].world_size == 8
     assert measured.give_way is not None and measured.give_way.equal_priority_wait == 0.5
     assert json.loads(path.read_text())["measured_at"] == "earlier"
+
+
+def test_the_collective_stand_in_says_why_it_cannot_run(monkeypatch) -> None:
+    """Without Triton the probe still measures the cast and divide; the stand-in's reason
+    goes into the notes (suite D then fails its row for the constants left unmeasured)."""
+    import builtins
+
+    from harness.plan.give_way_probe import triton_missing
+
+    real_import = builtins.__import__
+
+    def no_triton(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name == "triton":
+            raise ImportError("No module named 'triton'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_triton)
+    assert "triton is not importable" in (triton_missing() or "")
