@@ -124,3 +124,15 @@ def test_calibration_section_overrides_the_constants() -> None:
     assert got == GiveWayConstants(equal_priority_wait=0.8)
     with pytest.raises(ValueError, match="give_way.wave"):
         give_way_constants({"give_way": {"wave": 1}})
+
+
+def test_the_published_experiment_plans_at_torch_2_3_and_a_job_at_the_installed_one() -> None:
+    from harness.plan.cli import job_configs
+    from harness.plan.planner import time_case
+    from harness.plan.streams import installed_torch_version
+
+    published = job_configs(["experiment=yafsdp_readme", "point=llama2_7b_g64_s2048_c0",
+                             "engine=fsdp1"])  # fmt: skip
+    assert [time_case(c).torch_version for c in published] == ["2.3"]
+    (plain,) = job_configs(["hardware=a100_80gb", "model=llama_tiny", "engine=fsdp1"])
+    assert time_case(plain).torch_version == installed_torch_version()
