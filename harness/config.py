@@ -155,6 +155,9 @@ class JobConfig:
     # measure all-gather/reduce-scatter bus bandwidth at the job's unit sizes at its start
     probe_bandwidth: bool = False
     device_spec: DeviceSpec = field(default_factory=DeviceSpec)
+    # The planner's only: the torch version whose engine code and stream priorities a plan
+    # models ("": the installed torch's). A job always runs the installed torch.
+    torch_version: str = ""
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     quiet: bool = False  # console: only the end-of-sweep summary

@@ -5,6 +5,8 @@ syncs, steady-state allocations, a real CUDA trace, overlap under an injected de
 Suite B: 2 and 3 ranks sharing the GPU through gloo (every engine's numerics on CUDA).
 Suite C: per-rank memory at the published world sizes through the fake process group; on
 a machine without CUDA it runs at a reduced size on CPU.
+Suite D: the give-way probe (`python -m harness.plan.probe give-way`): a side kernel's wait
+for SMs behind the model's GEMMs at stream priority 0 and -1, written as a calibration file.
 The report and its arithmetic (`outcome`, `report`, `delay_model`, `footprint`) import no
 torch; the suites do.
 """

@@ -1,4 +1,4 @@
-"""`python -m harness.gpucheck [--suite A|B|C ...] [--require-gpu]`, what `make gpu-check` runs.
+"""`python -m harness.gpucheck [--suite A|B|C|D ...] [--require-gpu]`, what `make gpu-check` runs.
 
 Exit status: 0 when no check failed (a machine without CUDA skips the GPU checks and still
 exits 0), 1 when one failed or errored, 2 with --require-gpu and no CUDA device.
@@ -19,7 +19,7 @@ from harness.gpucheck.report import write_report
 REPO = Path(__file__).resolve().parents[2]
 REPORTS_DIR = REPO / "reports" / "gpu"  # the committed reports, from a GPU
 CPU_REPORTS_DIR = REPO / "outputs" / "gpu-check"  # a CPU run's, ignored by git
-SUITES = ("A", "B", "C")
+SUITES = ("A", "B", "C", "D")
 NO_GPU = "no CUDA device: GPU check skipped"
 
 
@@ -55,7 +55,9 @@ def skipped_suite(suite: str, names: list[tuple[str, str]]) -> list[Check]:
     return [skipped(suite, name, proves, NO_GPU) for name, proves in names]
 
 
-def run_suites(suites: list[str], cuda: bool, budget_s: float) -> list[Check]:
+def run_suites(
+    suites: list[str], cuda: bool, budget_s: float, reports_dir: Path = REPORTS_DIR
+) -> list[Check]:
     import torch
 
     rows: list[Check] = []
@@ -78,6 +80,14 @@ def run_suites(suites: list[str], cuda: bool, budget_s: float) -> list[Check]:
 
         device = torch.device("cuda", 0) if cuda else torch.device("cpu")
         rows += suite_c.run(device, reduced=not cuda, budget_s=budget_s)
+    if "D" in suites:
+        from harness.gpucheck import suite_d
+        from harness.gpucheck.report import device_slug
+
+        if cuda:
+            rows += suite_d.run(reports_dir / device_slug(torch.cuda.get_device_name(0)))
+        else:
+            rows += skipped_suite("D", suite_d.NAMES)
     return rows
 
 
@@ -117,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     suites = sorted(set(args.suite or SUITES))
     if not cuda:
         print("[gpu-check] no CUDA device: GPU checks skipped; suite C runs reduced on CPU")
-    rows = run_suites(suites, cuda, args.budget_s)
     reports_dir = args.reports_dir or (REPORTS_DIR if cuda else CPU_REPORTS_DIR)
+    rows = run_suites(suites, cuda, args.budget_s, reports_dir)
     paths = write_report(describe(suites, cuda), rows, reports_dir)
     c = counts(rows)
     print(

@@ -42,6 +42,7 @@ RESULT_NEUTRAL_FIELDS = frozenset(
         "collective_timeout_s",
         "device_spec",
         "repeats",
+        "torch_version",  # the torch a plan assumes; a job runs the installed one
     }
 )
 

@@ -5,7 +5,9 @@ directory whose jobs probed their own collectives (`probe_bandwidth=true`) and, 
 recorded the device memory they held outside the caching allocator. From a file or a
 sweep, the planner takes the measured all-gather and reduce-scatter times (median over
 repeats) at each measured world size; from a sweep also the largest memory outside the
-allocator (a fit is decided on it, so the largest, not a typical one).
+allocator (a fit is decided on it, so the largest, not a typical one). A file may also hold
+(or hold only) a `"give_way"` section, written by `python -m harness.plan.probe give-way`:
+the measured waits of the SM hand-out rules (`give_way.GiveWayConstants`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.plan.give_way import GiveWayConstants, give_way_constants
 from harness.plan.network import MeasuredPoint
 
 SCHEMA = "yafsdp-bench.calibration/1"
@@ -39,6 +42,7 @@ class Calibration:
     outside_allocator_bytes: int | None = None
     source: str = ""
     measured: tuple[str, ...] = field(default_factory=tuple)  # what it replaces, for the plan
+    give_way: GiveWayConstants | None = None  # None: not measured, the public defaults hold
 
     def for_world(self, world_size: int) -> MeasuredCollectives | None:
         """The run measured at this world size, else the largest one measured."""
@@ -98,13 +102,20 @@ def _from_file(path: Path) -> Calibration:
             "with `python -m harness.bandwidth --ranks 2` or more ranks"
         )
     run = _run(data, str(path))
-    if run is None:
-        raise ValueError(f"calibration={path} holds no measured collective")
+    give_way = _give_way(data, path)
+    if run is None and give_way is None:
+        raise ValueError(f"calibration={path} holds no measured collective and no give_way "
+                         "section")  # fmt: skip
+    parts = []
+    if run is not None:
+        parts.append(f"{run.world_size} ranks, {run.nodes} node(s), {run.backend}")
+    if give_way is not None:
+        parts.append(f"give-way waits on {data['give_way'].get('device', '?')}")
     return Calibration(
-        collectives=(run,),
-        source=f"{path} ({run.world_size} ranks, {run.nodes} node(s), {run.backend}, "
-        f"measured {data.get('measured_at', '?')})",
-        measured=("collectives",),
+        collectives=(run,) if run is not None else (),
+        source=f"{path} ({'; '.join(parts)}, measured {data.get('measured_at', '?')})",
+        measured=(("collectives",) if run else ()) + (("give_way",) if give_way else ()),
+        give_way=give_way,
     )
 
 
@@ -121,6 +132,15 @@ def _unpriceable(data: dict[str, Any]) -> str | None:
                 if isinstance(value, (int, float)) and not value > 0:
                     return f"{kind} at {row.get('bytes')} bytes has {name}={value:g}"
     return None
+
+
+def _give_way(data: dict[str, Any], path: Path) -> GiveWayConstants | None:
+    if "give_way" not in data:
+        return None
+    try:
+        return give_way_constants(data)
+    except ValueError as e:
+        raise ValueError(f"calibration={path}: {e}") from None
 
 
 def _from_sweep(sweep_dir: Path) -> Calibration:
@@ -152,8 +172,15 @@ def _from_sweep(sweep_dir: Path) -> Calibration:
 
 
 def _metrics(path: Path) -> dict[str, Any]:
+    """The measured figures of one result.json, through the typed reader; {} for a result
+    that cannot be trusted (a half-written or foreign file is skipped, not fatal)."""
+    from harness.jobdir.result import CorruptResultError, read_result
+
     try:
-        metrics = json.loads(path.read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):
+        metrics = read_result(path).metrics
+    except CorruptResultError:
         return {}
-    return metrics if isinstance(metrics, dict) else {}
+    return {
+        "device_memory_outside_allocator_bytes": metrics.device_memory_outside_allocator_bytes,
+        "bandwidth": metrics.bandwidth,
+    }

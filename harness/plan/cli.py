@@ -1,9 +1,13 @@
-"""`python -m harness.plan <Hydra overrides> [--json] [calibration=<sweep dir>]`
+"""`python -m harness.plan <Hydra overrides> [--json] [--cycle] [calibration=<sweep dir>]`
 
 Predict, for every point and engine a job would run, per-GPU peak memory by class,
 whether it fits and the fewest checkpointed layers that do, and iteration time split into
 compute, exposed communication and other work. Accepts the same fields and presets as a
-job: `experiment=yafsdp_readme` expands to its points, comma lists expand as under `-m`.
+job: `experiment=yafsdp_readme` expands to its points, comma lists expand as under `-m`
+(a single value on the command line, `point=...` or `engine=...`, narrows the experiment's
+sweep to it). `--cycle` prints, for each job, one steady-state backward unit
+(`cycle.py`): its period, the compute stream's busy and idle time, and each collective's
+kernel time and the idle time before it by cause.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ from harness.plan.planner import PlanRow, add_speedups, plan_row
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2
-USAGE = "usage: python -m harness.plan [--json] [calibration=<sweep dir>] [field=value ...]"
+USAGE = (
+    "usage: python -m harness.plan [--json] [--cycle] [calibration=<sweep dir or file>] "
+    "[field=value ...]"
+)
 
 
 class PlanError(ValueError):
@@ -52,8 +59,9 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
     configs = []
     with initialize_config_dir(config_dir=str(SWEEPS_DIR), version_base="1.3"):
         preset = compose("config", overrides=fixed, return_hydra_config=True)
+        given = {o.get_key_element() for o in parsed}
         for key, values in dict(preset.hydra.sweeper.get("params") or {}).items():
-            if key not in swept:
+            if key not in swept and key not in given:
                 swept[key] = [v.strip() for v in str(values).split(",")]
         base = compose("config", overrides=fixed)
         fixed_values = [o for o in parsed if not o.is_sweep_override() and not _is_group(o)]
@@ -212,7 +220,8 @@ def plan(overrides: list[str], measured: Calibration | None = None) -> list[Plan
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
+    as_cycle = "--cycle" in args
+    args = [a for a in args if a not in ("--json", "--cycle")]
     if any(a in ("-h", "--help") for a in args):
         print(USAGE + "\n\n" + (__doc__ or "").strip())
         return 0
@@ -234,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INVALID
         raise
     dicts = [r.to_dict() for r in rows]
+    if as_cycle and not as_json:
+        from harness.plan.cycle import format_cycle
+
+        for r in dicts:
+            label = f"{r['engine']} {r['model']} gpus={r['gpus']} seq={r['seq_len']}"
+            print(format_cycle(label, r.get("cycle")))
+        return 0
     if as_json:
         print(json.dumps(dicts, indent=1))
     else:

@@ -39,6 +39,18 @@ def wave_efficiency(m: int, n: int, tile: tuple[int, int], sms: int) -> float:
     return waves / math.ceil(waves)
 
 
+# TensorIterator's elementwise launch (aten/src/ATen/native/cuda/Loops.cuh): 128 threads a
+# block, 4 elements a thread; 2048 resident threads an SM (A100 and H100), so 16 blocks.
+ELEMENTWISE_BLOCK_ELEMENTS = 128 * 4
+ELEMENTWISE_BLOCKS_PER_SM = 16
+
+
+def elementwise_waves(nbytes: float, sms: int, bytes_per_element: int = 4) -> float:
+    """Waves of an elementwise kernel that reads and writes `nbytes` in all."""
+    blocks = nbytes / 2 / bytes_per_element / ELEMENTWISE_BLOCK_ELEMENTS
+    return max(1.0, math.ceil(blocks / (ELEMENTWISE_BLOCKS_PER_SM * max(sms, 1))))
+
+
 class ComputeModel:
     def __init__(self, spec: DeviceSpec, element_bytes: int) -> None:
         self.spec = spec
@@ -84,6 +96,22 @@ class ComputeModel:
         if kernel.kind == "attention":
             return self.attention_s(kernel, seq, micro_batch)
         return self.memory_s(kernel.at(tokens)[0])
+
+    def kernel_waves(self, kernel: Kernel, seq: int, micro_batch: int) -> float:
+        """Waves of the SMs the kernel's thread blocks take (one block per SM at a time for
+        GEMM tiles and attention tiles; elementwise blocks many to an SM)."""
+        sms = max(self.spec.sm_count, 1)
+        tokens = seq * micro_batch
+        if kernel.kind == "gemm":
+            m, n, _k = kernel.at(tokens)
+            tile = (int(self.spec.gemm_tile[0]) or 128, int(self.spec.gemm_tile[1]) or 128)
+            return float(math.ceil(math.ceil(m / tile[0]) * math.ceil(n / tile[1]) / sms))
+        if kernel.kind == "attention":
+            assert kernel.attention is not None
+            heads = kernel.attention[1]
+            # FlashAttention-2: one block per 128 query rows per head and sequence
+            return float(math.ceil(micro_batch * heads * math.ceil(seq / 128) / sms))
+        return elementwise_waves(kernel.at(tokens)[0], sms)
 
     def phase(self, census: KernelCensus, phase: str, seq: int, micro_batch: int) -> PhaseTime:
         by_kind = {"gemm": 0.0, "attention": 0.0, "memory": 0.0}

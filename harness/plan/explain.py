@@ -25,6 +25,7 @@ _PART_WORDS = {
     "exposed reduce_scatter": "compute waiting for reduce-scatters",
     "exposed all_reduce": "compute waiting for all-reduces",
     "waits for the host": "compute waiting for the host (kernel launches, hooks, rate limiter)",
+    "allocator retries": "compute waiting while the allocator's retries synchronise the device",
     "waits for the side stream": "compute waiting for the post-backward stream",
     "fsdp1_flat_grad": "FSDP1's flat-gradient copies",
     "fsdp1_shard_cast": "FSDP1's casts of the fp32 shards before each gather",
@@ -43,6 +44,9 @@ _MECHANISM_WORDS = {
     "launch_overhead": "kernel launches and hooks on the host",
     "nccl_sm_contention": "NCCL's SMs taken from overlapped compute",
     "side_stream_sharing": "side-stream kernels sharing the GPU with compute",
+    "give_way": "kernels giving way to compute for the SMs",
+    "slowest_rank": "collectives waiting for the slowest rank",
+    "allocator_retries": "allocator retries (cache freed, device synchronised)",
 }
 
 
@@ -87,4 +91,29 @@ def why_lines(yafsdp: dict[str, Any], baseline: dict[str, Any], label: str) -> l
         own = [f"{label} {_s(cost_b)}" if cost_b is not None else None,
                f"yafsdp {_s(cost_y)}" if cost_y is not None else None]  # fmt: skip
         lines.append(f"  mechanism {words}: " + ", ".join(o for o in own if o))
+    for engine, row in ((label, baseline), ("yafsdp", yafsdp)):
+        lines += _give_way_lines(engine, row, SHOWN_FRACTION * t_b)
+    return lines
+
+
+def _give_way_lines(engine: str, row: dict[str, Any], shown: float) -> list[str]:
+    """The give-way terms in words: what the reduce-scatters wait behind, per unit."""
+    detail, costs = row.get("give_way") or {}, row.get("mechanisms") or {}
+    lines = []
+    cost = costs.get("give_way")
+    if cost is not None and cost >= shown and detail.get("units"):
+        kernels = detail.get("chain_kernels") or []
+        behind = (f"behind {' and '.join(kernels)} kernels that give way to GEMMs" if kernels
+                  else "for SMs held by GEMMs")  # fmt: skip
+        lines.append(
+            f"  {engine} {_s(cost)}: reduce-scatters wait {behind} ({detail['units']} units x "
+            f"{detail['per_unit_s'] * 1e3:.1f} ms)"
+        )
+    cost = costs.get("slowest_rank")
+    if cost is not None and cost >= shown and detail.get("slowest_rank_collectives"):
+        lines.append(
+            f"  {engine} {_s(cost)}: collectives wait for the slowest rank "
+            f"({detail['slowest_rank_collectives']} collectives x "
+            f"{detail['slowest_rank_per_collective_s'] * 1e3:.2f} ms)"
+        )
     return lines

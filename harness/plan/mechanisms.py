@@ -88,6 +88,22 @@ MECHANISMS: dict[str, Mechanism] = {
             "one runs slower",
             "hardware profile: nccl_sms of sm_count (NVIDIA/nccl issue 689)",
         ),
+        Mechanism(
+            "give_way",
+            ALL_ENGINES,
+            "a side kernel or collective at the compute stream's priority waits for the "
+            "running compute kernel's last wave (each further one in its chain for one more "
+            "kernel); at a higher priority, about one wave",
+            "CUDA Programming Guide, Stream Priorities; NVIDIA/nccl issues 689 and 1431; "
+            "stream priorities per engine and torch version: harness/plan/streams.py",
+        ),
+        Mechanism(
+            "slowest_rank",
+            ALL_ENGINES,
+            "a collective starts when the last of W ranks is ready: each meets the running "
+            "kernel at its own phase, so the wait is the largest of W",
+            "order statistics of W uniform phases: E[max] = s*W/(W+1) (harness/plan/handout.py)",
+        ),
     )
 }
 

@@ -10,7 +10,6 @@ logits and loss. The peak is the largest sum over the moments of a steady-state 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +22,9 @@ from harness.plan.activations import (
     activation_footprint,
 )
 from harness.plan.units import Units, fsdp1_units, fsdp2_units
+from harness.plan.yafsdp_layout import yafsdp_layout
+
+__all__ = ["yafsdp_layout"]  # kept importable from here, where its callers look for it
 
 FP32 = 4
 ADAMW_STATES = 2  # exp_avg, exp_avg_sq, fp32 like the master weights
@@ -74,7 +76,8 @@ class MemoryEstimate:
     moments: dict[str, int] = field(default_factory=dict)  # every moment's total
 
 
-def estimate_memory(case: MemoryCase) -> MemoryEstimate:
+def moments_by_class(case: MemoryCase) -> dict[str, dict[str, int]]:
+    """The bytes held by class at every moment of a steady-state step, in step order."""
     shape = shape_of(case.model)
     acts = activation_footprint(
         case.model, case.seq_len, case.micro_batch, case.dtype, case.model_impl
@@ -88,6 +91,15 @@ def estimate_memory(case: MemoryCase) -> MemoryEstimate:
     for name, extra in in_flight.items():  # engine moments without activations
         if name.startswith("after"):
             moments[name] = _merge(static, extra)
+    return moments
+
+
+def estimate_memory(case: MemoryCase) -> MemoryEstimate:
+    return peak_of(moments_by_class(case))
+
+
+def peak_of(moments: dict[str, dict[str, int]]) -> MemoryEstimate:
+    """The estimate of a step whose moments hold `moments` (`moments_by_class`)."""
     peak_name = max(moments, key=lambda k: sum(moments[k].values()))
     by_class = {c: moments[peak_name].get(c, 0) for c in CLASSES}
     return MemoryEstimate(
@@ -189,52 +201,6 @@ def _sharded_states(shard_elements: int) -> dict[str, int]:
         "sharded_grads": shard_elements * FP32,
         "optimizer": ADAMW_STATES * shard_elements * FP32,
     }
-
-
-@functools.lru_cache(maxsize=16)
-def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
-    """The model on meta; a preset's native and Hugging Face builds lay out alike (same
-    parameter shapes), an hf:<path> config only as its own Hugging Face model."""
-    from harness.models.build import build_job_model
-    from harness.models.shapes import is_hf_config
-
-    return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
-
-
-@functools.lru_cache(maxsize=64)
-def yafsdp_layout(
-    model: str,
-    world_size: int,
-    dtype: str,
-    reduce_dtype: str,
-    native_reduce_scatter: bool,
-    buffer_plan: str = "auto",
-    budget_bytes: int | None = None,
-):  # noqa: ANN201 (torch stays a lazy import)
-    """The yafsdp engine's layout, its plan choice and its buffers for `model`, from its own
-    layout and buffer-plan code run on the meta device (no memory is allocated): the plan
-    the engine would choose for `budget_bytes` (see `YaFSDP(buffer_plan=...)`)."""
-    import torch
-
-    from harness.models.build import decoder_parts
-    from harness.placement import DTYPES
-    from yafsdp_impl import Buffers, build_layout, plan_buffers
-
-    m = _meta_model(model)
-    parts = decoder_parts(m)
-    layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
-    p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
-    choice = plan_buffers(layout, buffer_plan, budget_bytes, param_bytes=p, reduce_bytes=r,
-                          native_reduce_scatter=native_reduce_scatter)  # fmt: skip
-    buffers = Buffers(
-        layout,
-        choice.plan,
-        device=torch.device("meta"),
-        param_dtype=DTYPES[dtype],
-        reduce_dtype=DTYPES[reduce_dtype],
-        native_reduce_scatter=native_reduce_scatter,
-    )
-    return layout, buffers, choice
 
 
 def yafsdp_buffers(case: MemoryCase) -> tuple[dict[str, int], int]:

@@ -7,9 +7,21 @@ from typing import Any
 
 from harness.config import DeviceSpec, JobConfig
 from harness.models.shapes import shape_of
+from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
 from harness.plan.calibration import Calibration
-from harness.plan.memory import MemoryCase, MemoryEstimate, estimate_memory, yafsdp_budget
+from harness.plan.give_way import GiveWayConstants
+from harness.plan.memory import (
+    MemoryCase,
+    MemoryEstimate,
+    estimate_memory,
+    moments_by_class,
+    peak_of,
+    yafsdp_budget,
+)
 from harness.plan.network import MeasuredNetwork, NcclRing
+from harness.plan.retry_syncs import TERM as RETRY_TERM
+from harness.plan.retry_syncs import exposed_s, with_retry_term
+from harness.plan.streams import resolve_torch_version
 from harness.plan.timing import (
     CollectivePricer,
     TimeCase,
@@ -31,6 +43,13 @@ class PlanRow:
     constants: dict[str, dict[str, Any]] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
+    allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
+
+    def _allocator_dict(self) -> dict[str, Any] | None:
+        if self.allocator is None:
+            return None
+        price = self.time.mechanisms.get(RETRY_TERM) if self.time else None
+        return {**self.allocator.to_dict(), "retry_s": price}
 
     def to_dict(self) -> dict[str, Any]:
         c = self.cfg
@@ -61,6 +80,7 @@ class PlanRow:
             "speedup_vs": self.speedup or None,
             "why": self.why or None,
             "constants": self.constants or None,
+            "allocator": self._allocator_dict(),
         }
 
 
@@ -200,6 +220,8 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
         reduce_dtype=cfg.engine.reduce_dtype,
         model_impl=getattr(cfg, "model_impl", "native"),
         memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured),
+        torch_version=resolve_torch_version(getattr(cfg, "torch_version", "")),
+        give_way=(measured.give_way if measured else None) or GiveWayConstants(),
     )
 
 
@@ -284,8 +306,24 @@ def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -
     return lo
 
 
-def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
-    memory = estimate_memory(memory_case(cfg, measured=measured))
+def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[str, ...]) -> float:
+    """What the allocator's retries at `moments` add to the step: the in-flight work their
+    device synchronisations expose on the engine's program (`retry_syncs.py`)."""
+    from harness.plan.mechanisms import applicable
+    from harness.plan.timing import build_program
+
+    net = network(cfg, measured)
+    assert net is not None, "priced only where the time is"
+    on = frozenset(applicable(cfg.engine.label))
+    return exposed_s(build_program(time_case(cfg, measured), cfg.device_spec, net, on), moments)
+
+
+def plan_row(
+    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True
+) -> PlanRow:
+    """`price_retries`: the allocator's retries as a term of the time (its switch)."""
+    moments = moments_by_class(memory_case(cfg, measured=measured))
+    memory = peak_of(moments)
     have = cfg.device_memory_gb * GIB
     fits = memory.peak_bytes <= have if have else None
     if not have:
@@ -295,7 +333,11 @@ def plan_row(cfg: JobConfig, measured: Calibration | None = None) -> PlanRow:
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
     time = predict_time(cfg, measured)
-    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {})
+    allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
+    if price_retries and time is not None and allocator and allocator.retries_per_step:
+        time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
+    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
+                   allocator=allocator)  # fmt: skip
 
 
 def describe_row(t: TimeEstimate) -> dict[str, Any]:
@@ -322,11 +364,22 @@ def add_speedups(rows: list[PlanRow]) -> None:
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
                 row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                            label)  # fmt: skip
-                row.why[label] += [n for r in (other, row) if (n := near_capacity(r))]
+                row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
 
 
 # A predicted peak past this share of device memory is flagged (not priced): see below.
 NEAR_CAPACITY = 0.9
+
+
+def memory_note(row: PlanRow) -> str | None:
+    """Where the allocator's per-stream pools outgrow the device (`allocator.py`), its
+    retries; else, where the peak nears the device's memory, a note: fragmentation within
+    a pool, which is not modelled, can make it retry there too."""
+    engine, gib = row.cfg.engine.label, row.cfg.device_memory_gb
+    price = row.time.mechanisms.get(RETRY_TERM) if row.time else None
+    if row.allocator is not None and (note := retry_note(engine, row.allocator, gib, price)):
+        return note
+    return near_capacity(row)
 
 
 def near_capacity(row: PlanRow) -> str | None:

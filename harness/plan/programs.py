@@ -7,31 +7,7 @@ engine puts it on, with the bytes it moves per element. The orders, streams and 
 read from each engine's code (torch 2.13) and checked against what the engines issue under
 a fake process group (`tests/plan/test_plan_programs.py`):
 
-FSDP1 (FULL_SHARD, BACKWARD_PRE, forward_prefetch, limit_all_gathers, use_orig_params=False,
-bf16 params, fp32 reduce; `torch/distributed/fsdp/_runtime_utils.py`):
-- units: the root (final norm, gathered once and kept), embedding, blocks, output;
-- forward: a unit's pre-forward gathers it (if not prefetched) and prefetches the next;
-  its post-forward frees it, recording a free event on the compute stream;
-- every gather first passes the rate limiter: with two free events queued, the host waits
-  for the oldest (`_FreeEventQueue`, `event.synchronize()`);
-- backward: a unit's pre-backward prefetches the one before it (BACKWARD_PRE); its
-  gradient hook fires after the next unit's backward kernels are issued (the flat
-  parameter's views were made when it was prefetched, so autograd reaches them later);
-  there the post-backward stream waits for the compute stream, upcasts the flat gradient to
-  fp32 and pre-divides it, the reduce-scatter follows, then the post-divide;
-- the flat gradient itself is a concatenation of the per-parameter gradients
-  (use_orig_params=False), one copy on the compute stream.
-
-FSDP2 (`fully_shard` per block, embedding alone, [norm, output] kept; torch 2.13
-`_fsdp_param_group.py`, `_fsdp_collectives.py`):
-- forward: a group's pre-forward issues its all-gather (implicitly prefetched: the host
-  runs ahead), then copies the output into the parameters on the compute stream
-  (`split_with_sizes_copy`); the next gather waits for the copy-out two groups back;
-- backward: pre-backward copies out its own gather and prefetches the previous group;
-  post-backward first waits for the previous reduce-scatter (one input buffer in flight),
-  copies the gradients into the fp32 reduce-scatter input on the compute stream
-  (`chunk_cat`), then reduce-scatters with NCCL's AVG (no division kernels); the
-  embedding's reduce-scatter runs at the end of backward.
+FSDP1's program is in `fsdp1_program.py`, FSDP2's in `fsdp2_program.py`.
 
 local: the whole model on every rank, one fp32 all-reduce of all gradients.
 
@@ -40,11 +16,10 @@ yafsdp's program comes from its own schedule, run on the meta device (`yafsdp_pr
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op
+from harness.plan.simulate import COMM, COMPUTE, Op
 
 FP32 = 4
 # Fused AdamW per sharded element: reads master, grad and both moments, writes master and
@@ -54,11 +29,13 @@ ADAMW_BYTES = 7 * FP32
 
 @dataclass(frozen=True, slots=True)
 class PartCost:
-    """One part of the model in one phase: device seconds on the compute stream and the
-    kernels the host launches for it."""
+    """One part of the model in one phase: device seconds on the compute stream, the
+    kernels the host launches for it, and each kernel's seconds and waves in launch order
+    (what a kernel on another stream meets: `handout.py`)."""
 
     seconds: float
     kernels: int
+    times: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +61,7 @@ class StepContext:
     launch_s: float  # host time to launch one kernel
     hook_s: float  # host time of an engine's hook (per unit, forward and backward)
     mechanisms: frozenset[str]  # switched on
+    split_bytes: int = 2**31  # an elementwise operand past this is launched in pieces
 
     def on(self, mechanism: str) -> bool:
         return mechanism in self.mechanisms
@@ -110,6 +88,8 @@ class Program:
         unit: str = "",
         kind: str = "",
         nbytes: int = 0,
+        kernels: tuple[tuple[float, float], ...] = (),
+        launches: int = 1,
     ) -> str:
         self._count += 1
         name = f"{self._count}:{label}"
@@ -125,6 +105,8 @@ class Program:
                 unit=unit,
                 kind=kind,
                 nbytes=nbytes,
+                kernels=kernels,
+                launches=launches,
             )
         )
         return name
@@ -132,15 +114,18 @@ class Program:
     def compute(self, part: PartCost, label: str, unit: str, waits: tuple = ()) -> str:
         host = part.kernels * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
         return self.add(COMPUTE, part.seconds, "compute", label=label, unit=unit,
-                        waits=waits, host_s=host)  # fmt: skip
+                        waits=waits, host_s=host, kernels=part.times)  # fmt: skip
 
     def memory(
         self, nbytes: float, term: str, label: str, *, stream: str = COMPUTE, unit: str = "",
-        waits: tuple = (), kernels: int = 1,
+        waits: tuple = (), kernels: int = 1, launches: int = 1,
     ) -> str:  # fmt: skip
-        host = kernels * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
-        return self.add(stream, self.ctx.memory_s(nbytes), term, label=label, unit=unit,
-                        waits=waits, host_s=host, nbytes=int(nbytes))  # fmt: skip
+        """`kernels` kernels moving `nbytes` in all (priced as one); `launches`: pieces one
+        kernel is launched in (`split_launches`), each a kernel of its own."""
+        host = kernels * launches * self.ctx.launch_s if self.ctx.on("launch_overhead") else 0.0
+        seconds = self.ctx.memory_s(nbytes) + (launches - 1) * self.ctx.memory_s(0)
+        return self.add(stream, seconds, term, label=label, unit=unit, waits=waits,
+                        host_s=host, nbytes=int(nbytes), launches=launches)  # fmt: skip
 
     def collective(
         self, kind: str, nbytes: float, unit: str, *, waits: tuple = (), host_waits: tuple = ()
@@ -182,115 +167,15 @@ def adamw_step(prog: Program, shard_elements: int, unit: str = "shards") -> None
     prog.memory(ADAMW_BYTES * shard_elements, "optimizer", "adamw", unit=unit)
 
 
-# ---- FSDP1 ------------------------------------------------------------------------------
-
-
-def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepContext) -> list[Op]:
-    """`sizes`: each part's flat parameter (padded), `root`: the root's (the final norm).
-
-    The rate limiter's queue carries over from one step to the next: the program starts
-    with as many (long completed) free events queued as a steady-state step leaves."""
-    leftover = 0
-    for _ in range(8):  # the queue's length settles within a few steps
-        after = len(_fsdp1_step(Program(ctx), costs, sizes, root, deque([None] * leftover)))
-        if after == leftover:
-            break
-        leftover = after
-    prog = Program(ctx)
-    _fsdp1_step(prog, costs, sizes, root, deque([None] * leftover))
-    return prog.ops
-
-
-def _fsdp1_step(
-    prog: Program, costs: ModelCosts, sizes: list[int], root: int,
-    free_events: deque[str | None],
-) -> deque[str | None]:  # fmt: skip
-    """One step of FSDP1 onto `prog`; returns the rate limiter's queue as the step leaves
-    it (`free_events`: the free events recorded and not yet waited for)."""
-    ctx = prog.ctx
-    p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
-    names = part_names(len(sizes) - 2)
-    n = len(sizes)
-    gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
-
-    def unshard(i: int, *, gather: bool = True) -> None:
-        """`_unshard`: the rate limiter's check, then the gather (none for a unit still
-        gathered, as the root is in backward)."""
-        unit = "root" if i < 0 else names[i]
-        if ctx.on("rate_limiter"):
-            waits_host = (free_events.popleft(),) if len(free_events) >= 2 else ()
-            label = f"limiter.{unit}" + (".waits" if waits_host else "")
-            prog.add(COMPUTE, 0.0, "rate_limiter", label=label, unit=unit,
-                     host_waits=waits_host)  # fmt: skip
-        if not gather:
-            return
-        size = root if i < 0 else sizes[i]
-        # pre-unshard: the fp32 shard cast to the param dtype (on its own stream)
-        cast = prog.memory((FP32 + p) * size // world, "fsdp1_shard_cast",
-                           f"shard_cast.{unit}", stream=SIDE, unit=unit)  # fmt: skip
-        gathered[i] = prog.collective("all_gather", size * p, unit, waits=(cast,))
-
-    def free(unit: str) -> None:
-        free_events.append(prog.marker(COMPUTE, f"free.{unit}"))
-
-    def reduce(i: int) -> None:
-        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
-        after = prog.marker(COMPUTE, f"grads_done.{unit}")
-        waits: tuple = (after,)
-        if ctx.on("fsdp1_grad_upcast"):  # post-backward stream: to fp32, then pre-divide
-            up = prog.memory((p + r) * size, "fsdp1_grad_upcast", f"upcast.{unit}",
-                             stream=SIDE, unit=unit, waits=(after,))  # fmt: skip
-            pre = prog.memory(2 * r * size, "fsdp1_grad_upcast", f"predivide.{unit}",
-                              stream=SIDE, unit=unit, waits=(up,))  # fmt: skip
-            waits = (pre,)
-        rs = prog.collective("reduce_scatter", size * r, unit, waits=waits)
-        if ctx.on("fsdp1_grad_upcast"):  # post-divide and accumulation of the shard
-            prog.memory(5 * r * size // world, "fsdp1_grad_upcast", f"postdivide.{unit}",
-                        stream=SIDE, unit=unit, waits=(rs,), kernels=2)  # fmt: skip
-
-    def post_backward(i: int) -> None:
-        unit, size = ("root", root) if i < 0 else (names[i], sizes[i])
-        if ctx.on("fsdp1_flat_grad"):  # per-parameter grads concatenated into the flat one
-            prog.memory(2 * p * size, "fsdp1_flat_grad", f"flat_grad.{unit}", unit=unit)
-        prog.hook("post_backward", unit)
-        free(unit)
-        reduce(i)
-
-    for _micro in range(ctx.grad_accum):
-        unshard(-1)  # root
-        unshard(0)  # forward_prefetch from the root
-        for i in range(n):
-            prog.hook("pre_forward", names[i])
-            if i not in gathered:
-                unshard(i)
-            if i + 1 < n:
-                unshard(i + 1)
-            prog.compute(costs.forward[i], f"forward.{names[i]}", names[i],
-                         waits=(gathered.pop(i),))  # fmt: skip
-            free(names[i])
-        gathered.pop(-1, None)  # the root stays gathered until the end of backward
-        pending: list[int] = []  # parts whose gradient hook has not fired yet
-        for i in reversed(range(n)):
-            prog.hook("pre_backward", names[i])
-            if i not in gathered:
-                unshard(i)
-            if i - 1 >= 0:
-                unshard(i - 1)  # BACKWARD_PRE
-            if i == n - 1:
-                unshard(-1, gather=False)  # the root's pre-backward
-            prog.compute(costs.backward[i], f"backward.{names[i]}", names[i],
-                         waits=(gathered.pop(i),))  # fmt: skip
-            for j in pending:  # the previous part's hook fires after this part's kernels
-                post_backward(j)
-            pending = [i]
-        for j in pending:
-            post_backward(j)
-        post_backward(-1)  # the root's (final norm): freed, then reduced last
-        prog.add(COMPUTE, 0.0, "event", label="wait_post_backward",
-                 waits=(prog.last(SIDE), prog.last(COMM)))  # fmt: skip
-    shard = (sum(sizes) + root) // world
-    clip_and_step(prog, shard)
-    return free_events
+def split_launches(operand_bytes: int, split_bytes: int) -> int:
+    """Launches of one elementwise kernel whose largest operand is `operand_bytes`:
+    TensorIterator halves an iteration that cannot use 32-bit indexing until each piece
+    can (aten/src/ATen/native/cuda/Loops.cuh gpu_kernel, TensorIterator.cpp
+    with_32bit_indexing, can_use_32bit_indexing)."""
+    launches = 1
+    while operand_bytes > launches * (split_bytes - 1):
+        launches *= 2
+    return launches
 
 
 def clip_and_step(prog: Program, shard: int) -> None:
@@ -300,86 +185,6 @@ def clip_and_step(prog: Program, shard: int) -> None:
     total = prog.collective("all_reduce", 8, "clip", waits=(norm,))
     prog.add(COMPUTE, 0.0, "event", label="clip.wait", waits=(total,))
     optimizer_step(prog, shard)
-
-
-# ---- FSDP2 ------------------------------------------------------------------------------
-
-
-def fsdp2_program(costs: ModelCosts, sizes: list[int], ctx: StepContext) -> list[Op]:
-    """`sizes`: each group's padded elements: embedding, blocks, [norm, output]."""
-    prog = Program(ctx)
-    p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
-    names = part_names(len(sizes) - 2)
-    n = len(sizes)
-    copy_outs: list[str] = []  # in forward, a gather waits for the copy-out two groups back
-    gathered: dict[int, str] = {}
-    kept: set[int] = set()  # [norm, output]: not resharded after forward
-    rs_in_flight: list[str] = []
-
-    def unshard(i: int, forward: bool) -> None:
-        if i in gathered or i in kept:
-            return
-        waits: tuple = ()
-        if forward and len(copy_outs) >= 2:
-            waits = (copy_outs[-2],)
-        copy_in = prog.memory((FP32 + 3 * p) * sizes[i] // world, "fsdp2_copy_in_out",
-                              f"ag_copy_in.{names[i]}", stream=SIDE, unit=names[i],
-                              waits=waits, kernels=2)  # fmt: skip
-        gathered[i] = prog.collective("all_gather", sizes[i] * p, names[i], waits=(copy_in,))
-
-    def copy_out(i: int) -> None:
-        waits = (gathered.pop(i, None),)
-        if ctx.on("fsdp2_copy_in_out"):
-            copy_outs.append(prog.memory(2 * p * sizes[i], "fsdp2_copy_in_out",
-                                         f"copy_out.{names[i]}", unit=names[i],
-                                         waits=waits))  # fmt: skip
-        else:
-            copy_outs.append(prog.add(COMPUTE, 0.0, "event", label=f"copy_out.{names[i]}",
-                                      waits=waits))  # fmt: skip
-
-    def reduce(i: int) -> None:
-        while rs_in_flight:  # one reduce-scatter input buffer in flight
-            prog.add(COMPUTE, 0.0, "event", label=f"rs_wait.{names[i]}",
-                     waits=(rs_in_flight.pop(0),))  # fmt: skip
-        if ctx.on("fsdp2_copy_in_out"):
-            prog.memory((p + r) * sizes[i], "fsdp2_copy_in_out", f"rs_copy_in.{names[i]}",
-                        unit=names[i])  # fmt: skip
-        rs = prog.collective("reduce_scatter", sizes[i] * r, names[i],
-                             waits=(prog.marker(COMPUTE, f"rs_ready.{names[i]}"),))  # fmt: skip
-        prog.memory(3 * r * sizes[i] // world, "fsdp2_copy_in_out", f"accumulate.{names[i]}",
-                    stream=SIDE, unit=names[i], waits=(rs,))  # fmt: skip
-        rs_in_flight.append(rs)
-
-    for _micro in range(ctx.grad_accum):
-        for i in range(n):
-            prog.hook("pre_forward", names[i])
-            unshard(i, forward=True)
-            if i not in kept:
-                copy_out(i)
-            prog.compute(costs.forward[i], f"forward.{names[i]}", names[i],
-                         waits=(copy_outs[-1] if copy_outs else None,))  # fmt: skip
-        kept = {n - 1}
-        copy_outs.clear()
-        for i in reversed(range(n)):
-            prog.hook("pre_backward", names[i])
-            if i not in kept:
-                unshard(i, forward=False)
-                copy_out(i)
-            if i - 1 >= 0:
-                unshard(i - 1, forward=False)  # the default backward prefetch
-            own = copy_outs[-1] if i not in kept and copy_outs else None
-            prog.compute(costs.backward[i], f"backward.{names[i]}", names[i], waits=(own,))
-            if i > 0:
-                prog.hook("post_backward", names[i])
-                reduce(i)
-        kept = set()
-        reduce(0)  # the embedding's, in the root's final callback
-        prog.add(COMPUTE, 0.0, "event", label="wait_reduce", waits=(prog.last(COMM),
-                 prog.last(SIDE)))  # fmt: skip
-        rs_in_flight.clear()
-    shard = sum(sizes) // world
-    clip_and_step(prog, shard)
-    return prog.ops
 
 
 # ---- local -------------------------------------------------------------------------------

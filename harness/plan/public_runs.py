@@ -9,6 +9,12 @@ A row is used when its setting maps onto what the planner models: pure FSDP (no 
 pipeline or context parallelism, no HSDP), a Llama shape the harness knows, bf16 without
 float8 or torch.compile, and checkpointing of none or every block. Rows left out, and
 why, are listed in `LEFT_OUT`.
+
+`SPEEDUP_RUNS` are public engine-against-engine measurements: two engines on the same
+hardware, model and setting, quoted as the source printed them. The planner predicts both
+engines and the speedup (T_b - T_a) / T_b, as the README defines it; the measured
+speedup comes from the quoted throughputs (a range where the source gives one). Nothing is
+fitted to them either. Sources found and left out, and why: `SPEEDUP_LEFT_OUT`.
 """
 
 from __future__ import annotations
@@ -210,6 +216,109 @@ LEFT_OUT: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class SpeedupRun:
+    """Engine `a` against engine `b`: the same `overrides` but the engine."""
+
+    name: str
+    source: str
+    quote: str
+    setting: str
+    engines: tuple[str, str]  # (a, b): the speedup is a's over b
+    overrides: tuple[str, ...]
+    tokens_per_s: tuple[tuple[float, float], tuple[float, float]]  # a's, b's (low, high)
+    assumed: str
+
+    def measured(self) -> tuple[float, float, float]:
+        """The speedup (T_b - T_a) / T_b = 1 - tps_b / tps_a at the quoted ranges' middles,
+        and its least and most over the ranges."""
+        (a_lo, a_hi), (b_lo, b_hi) = self.tokens_per_s
+        mid = 1 - ((b_lo + b_hi) / 2) / ((a_lo + a_hi) / 2)
+        return mid, 1 - b_hi / a_lo, 1 - b_lo / a_hi
+
+
+_TITAN_165 = ("pytorch/torchtitan commit 83c879f (pull request 165, 'Used per-parameter "
+              "FSDP', 2024-03-28), https://github.com/pytorch/torchtitan/pull/165")  # fmt: skip
+
+SPEEDUP_RUNS: tuple[SpeedupRun, ...] = (
+    SpeedupRun(
+        name="torchtitan FSDP2 vs FSDP1, Llama 2 7B",
+        source=_TITAN_165,
+        quote="FSDP1 (AC): ... 6100-6200 WPS; FSDP2 (AC): ... 6100-6300 WPS",
+        setting="8 H100 (95 GiB), local batch 8, seq 2048, full AC, bf16 / fp32 "
+        "reduce-scatter, eager",
+        engines=("fsdp2", "fsdp1"),
+        overrides=(
+            "hardware=h100_80gb",
+            "model=llama2_7b",
+            "gpus=8",
+            "micro_batch=8",
+            "seq_len=2048",
+            "ckpt_layers=32",
+            "torch_version=2.4",
+        ),  # fmt: skip
+        tokens_per_s=((6100, 6300), (6100, 6200)),
+        assumed="torchtitan's '7B' flavour is Llama 2 7B's shape with its 32000-token "
+        "tokenizer; its FSDP1 used use_orig_params=True, BACKWARD_PRE and no forward "
+        "prefetch, its FSDP2 kept the last block unsharded after forward (the commit names "
+        "that and the single divide as why FSDP2 is faster); its 95 GiB H100s are priced "
+        "with the H100-80GB SXM profile (a speedup, not a time, is compared); torch was "
+        "'the latest pytorch nightly' (its README), 2.4 in development in March 2024",
+    ),
+)
+
+SPEEDUP_LEFT_OUT: tuple[tuple[str, str], ...] = (
+    ("torchtitan PR 165's SAC rows", "selective per-op checkpointing, not modelled"),
+    ("torchtitan docs/fsdp.md, 'higher MFU' for FSDP2 on Llama-7B, 8 H100",
+     "no figure of its own; it points to PR 165, used above"),
+    ("FSDP2 RFC (pytorch/pytorch issue 114299)", "'on-par throughput' on internal Llama "
+     "models: no figure and no setting"),
+    ("pytorch/pytorch PR 120919", "~1.5% from ReduceOp.AVG is FSDP2 against itself, "
+     "setting not stated"),
+    ("TorchTitan paper (arXiv 2410.06511)", "its text was not available to check; the "
+     "1.5% FSDP2-over-FSDP1 figure quoted elsewhere names no setting"),
+    ("SimpleFSDP paper (arXiv 2411.00284)", "SimpleFSDP runs under torch.compile, which the "
+     "planner does not model; it is no engine of this harness"),
+    ("torchtune FSDP1 -> FSDP2 recipe migrations (PRs 855, 1517, 1536)", "LoRA and DPO "
+     "fine-tuning with frozen weights, not modelled"),
+    ("the YaFSDP README's table", "kept as an independent check, never a test row"),
+)  # fmt: skip
+
+
+def predict_speedup(run: SpeedupRun) -> dict[str, Any]:
+    from harness.plan.cli import plan
+
+    times = {}
+    for engine in run.engines:
+        (row,) = plan([*run.overrides, f"engine={engine}"])
+        assert row.time is not None, f"{run.name}: the profile cannot price time"
+        times[engine] = row.time.iteration_time_s
+    a, b = (times[e] for e in run.engines)
+    mid, low, high = run.measured()
+    return {
+        "name": run.name,
+        "engines": run.engines,
+        "setting": run.setting,
+        "predicted_s": times,
+        "predicted_speedup": (b - a) / b,
+        "measured_speedup": mid,
+        "measured_range": (low, high),
+        "source": run.source,
+    }
+
+
+def speedup_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| run | setting | engines | predicted speedup | measured speedup | source |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        a, b = r["engines"]
+        low, high = r["measured_range"]
+        lines.append(f"| {r['name']} | {r['setting']} | {a} vs {b} | "
+                     f"{r['predicted_speedup'] * 100:+.1f}% | {r['measured_speedup'] * 100:+.1f}% "
+                     f"({low * 100:+.1f}% to {high * 100:+.1f}%) | {r['source']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def predict(run: PublicRun) -> dict[str, Any]:
     from harness.plan.cli import plan
 
@@ -263,6 +372,13 @@ def main() -> int:
         print(f"- {run.name}: {run.assumed}")
     print("\nLeft out:")
     for what, why in LEFT_OUT:
+        print(f"- {what}: {why}")
+    print("\nEngine against engine (speedup of the first over the second, (T_b - T_a) / T_b):\n")
+    print(speedup_markdown([predict_speedup(pair) for pair in SPEEDUP_RUNS]))
+    for pair in SPEEDUP_RUNS:
+        print(f"- {pair.name}: {pair.assumed}")
+    print("\nEngine-against-engine sources left out:")
+    for what, why in SPEEDUP_LEFT_OUT:
         print(f"- {what}: {why}")
     return 0
 

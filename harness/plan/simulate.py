@@ -17,41 +17,15 @@ refinement pass prices both).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from harness.plan.handout import HandOut, hand_out
+from harness.plan.simulate_ops import COMM, COMPUTE, SIDE, STREAMS, Op, Timeline
 
-COMPUTE, COMM, SIDE = "compute", "comm", "side"
-STREAMS = (COMPUTE, COMM, SIDE)
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    name: str  # unique in its program
-    stream: str  # COMPUTE, COMM or SIDE
-    seconds: float  # device time
-    term: str  # what its time is, for the breakdown: a model kind, "comm", a mechanism
-    waits: tuple[str, ...] = ()  # operations whose completion the stream waits for
-    host_waits: tuple[str, ...] = ()  # the host blocks until these have completed
-    host_s: float = 0.0  # host time to issue it
-    unit: str = ""  # the unit it belongs to, for the explanation
-    nbytes: int = 0  # collectives: bytes moved (the unsharded size)
-    kind: str = ""  # collectives: all_gather, reduce_scatter, all_reduce
+__all__ = ["COMM", "COMPUTE", "SIDE", "STREAMS", "HandOut", "Op", "Timeline", "simulate"]
 
 
-@dataclass
-class Timeline:
-    start: dict[str, float] = field(default_factory=dict)
-    end: dict[str, float] = field(default_factory=dict)
-    issued: dict[str, float] = field(default_factory=dict)  # when the host issued it
-    total: float = 0.0
-    host_blocked_s: float = 0.0  # time the host spent blocked on host_waits
-    slowed_s: float = 0.0  # compute time added by overlapping collectives
-
-    def busy(self, ops: Iterable[Op], streams: tuple[str, ...]) -> float:
-        return sum(self.end[o.name] - self.start[o.name] for o in ops if o.stream in streams)
-
-
-def _run(program: list[Op], seconds: dict[str, float]) -> Timeline:
+def _run(
+    program: list[Op], seconds: dict[str, float], delay: dict[str, float] | None = None
+) -> Timeline:
     t = Timeline()
     host = 0.0
     free = dict.fromkeys(STREAMS, 0.0)
@@ -64,6 +38,8 @@ def _run(program: list[Op], seconds: dict[str, float]) -> Timeline:
         host += op.host_s
         t.issued[op.name] = host
         start = max([host, free[op.stream], *(t.end[w] for w in op.waits)])
+        if delay:
+            start += delay.get(op.name, 0.0)
         end = start + seconds[op.name]
         t.start[op.name], t.end[op.name] = start, end
         free[op.stream] = end
@@ -84,26 +60,54 @@ def _overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> floa
 
 
 def simulate(
-    program: list[Op], *, overlap_slowdown: float = 0.0, side_sharing: bool = False
+    program: list[Op],
+    *,
+    overlap_slowdown: float = 0.0,
+    side_sharing: bool = False,
+    hand_out_rules: HandOut | None = None,
 ) -> Timeline:
     """Run the program. Then, where compute-stream work overlaps a collective, it takes
     `overlap_slowdown` longer for the overlapped part (NCCL's SMs); with `side_sharing`,
     it also takes as long again as the side-stream kernels it overlaps (they share its SMs
-    and memory bandwidth: together they take as long as one after the other); and the
-    program runs again with those durations (one refinement pass)."""
+    and memory bandwidth: together they take as long as one after the other); with
+    `hand_out_rules`, each side kernel and collective starts later by its wait for the SMs
+    and for the slowest rank (`handout.py`); and the program runs again with those
+    durations and waits (one refinement pass)."""
     names = [op.name for op in program]
     if len(set(names)) != len(names):
         raise ValueError("operation names must be unique within a program")
     seconds = {op.name: op.seconds for op in program}
     timeline = _run(program, seconds)
-    if overlap_slowdown <= 0 and not side_sharing:
+    if overlap_slowdown <= 0 and not side_sharing and hand_out_rules is None:
         return timeline
+    slowed, added = _slowed(program, timeline, seconds, overlap_slowdown, side_sharing)
+    delay: dict[str, float] = {}
+    waits = None
+    if hand_out_rules is not None:
+        waits = hand_out(program, timeline, hand_out_rules)
+        for table in (waits.give_way, waits.slowest_rank):
+            for name, wait in table.items():
+                delay[name] = delay.get(name, 0.0) + wait
+    timeline = _run(program, slowed, delay)
+    timeline.slowed_s = added
+    if waits is not None:
+        timeline.give_way, timeline.slowest_rank = waits.give_way, waits.slowest_rank
+        timeline.chain = waits.chain
+    return timeline
+
+
+def _slowed(
+    program: list[Op], timeline: Timeline, seconds: dict[str, float], overlap_slowdown: float,
+    side_sharing: bool,
+) -> tuple[dict[str, float], float]:  # fmt: skip
+    """Each compute op's duration with the collectives and side kernels it overlaps."""
 
     def busy(stream: str) -> list[tuple[float, float]]:
         return sorted((timeline.start[o.name], timeline.end[o.name]) for o in program
                       if o.stream == stream and o.seconds > 0)  # fmt: skip
 
-    comm, side = busy(COMM), busy(SIDE) if side_sharing else []
+    comm = busy(COMM) if overlap_slowdown > 0 else []
+    side = busy(SIDE) if side_sharing else []
     slowed = dict(seconds)
     added = 0.0
     for op in program:
@@ -113,6 +117,4 @@ def simulate(
         extra = _overlap(comm, lo, hi) * overlap_slowdown + _overlap(side, lo, hi)
         slowed[op.name] += extra
         added += extra
-    timeline = _run(program, slowed)
-    timeline.slowed_s = added
-    return timeline
+    return slowed, added

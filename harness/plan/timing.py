@@ -17,25 +17,23 @@ Two views of the result:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from harness.config import DeviceSpec
 from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
 from harness.plan.compute import ComputeModel
+from harness.plan.cycle import cycle, give_way_detail
+from harness.plan.fsdp1_program import fsdp1_program
+from harness.plan.fsdp2_program import fsdp2_program
+from harness.plan.give_way import GiveWayConstants
 from harness.plan.kernels import KernelCensus, kernel_census
 from harness.plan.mechanisms import applicable
 from harness.plan.probe import DTYPE_BYTES
-from harness.plan.programs import (
-    ModelCosts,
-    PartCost,
-    StepContext,
-    fsdp1_program,
-    fsdp2_program,
-    local_program,
-)
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, Timeline, simulate
+from harness.plan.programs import ModelCosts, PartCost, StepContext, local_program
+from harness.plan.simulate import COMM, COMPUTE, SIDE, HandOut, Op, Timeline, simulate
+from harness.plan.streams import resolve_torch_version, stream_priorities
 from harness.plan.units import fsdp1_units, fsdp2_units
 
 # Gaps in the compute stream shorter than this are not counted as a unit waiting.
@@ -59,6 +57,8 @@ class TimeCase:
     reduce_dtype: str = "fp32"
     model_impl: str = "native"
     memory_budget_bytes: int | None = None  # yafsdp: its buffer plan is chosen for it
+    torch_version: str = ""  # whose engine code and streams the plan models; "": installed
+    give_way: GiveWayConstants = field(default_factory=GiveWayConstants)
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ class TimeEstimate:
     breakdown: dict[str, float] = field(default_factory=dict)
     mechanisms: dict[str, float] = field(default_factory=dict)
     waits: dict[str, list[str]] = field(default_factory=dict)  # cause -> units that waited
+    give_way: dict[str, Any] = field(default_factory=dict)  # `cycle.give_way_detail`
+    cycle: dict[str, Any] | None = None  # one steady-state backward unit (`cycle.py`)
 
 
 def model_costs(
@@ -81,7 +83,12 @@ def model_costs(
 ) -> ModelCosts:
     def part(*phases: str) -> PartCost:
         times = [compute.phase(census, p, case.seq_len, case.micro_batch) for p in phases]
-        return PartCost(sum(t.seconds for t in times), sum(t.kernels for t in times))
+        kernels = tuple(
+            (compute.kernel_s(k, case.seq_len, case.micro_batch),
+             compute.kernel_waves(k, case.seq_len, case.micro_batch))
+            for p in phases for k in census.phases[p]
+        )  # fmt: skip
+        return PartCost(sum(t.seconds for t in times), sum(t.kernels for t in times), kernels)
 
     block_fwd = part("block.forward")
     plain_bwd = part("block.backward")
@@ -129,6 +136,7 @@ def build_program(
         launch_s=spec.launch_us * 1e-6,
         hook_s=spec.hook_us * 1e-6,
         mechanisms=mechanisms,
+        split_bytes=case.give_way.index32_split_bytes,
     )
     schedule = SCHEDULES[spec_of(case.engine).label]
     return schedule(case, priced.costs, ctx)
@@ -199,7 +207,23 @@ def _simulate(
     if "nccl_sm_contention" in mechanisms and spec.sm_count > spec.nccl_sms:
         slowdown = spec.nccl_sms / (spec.sm_count - spec.nccl_sms)
     sharing = "side_stream_sharing" in mechanisms
-    return program, simulate(program, overlap_slowdown=slowdown, side_sharing=sharing)
+    return program, simulate(program, overlap_slowdown=slowdown, side_sharing=sharing,
+                             hand_out_rules=hand_out_rules(case, spec, mechanisms))  # fmt: skip
+
+
+def hand_out_rules(case: TimeCase, spec: DeviceSpec, mechanisms: frozenset[str]) -> HandOut:
+    """The SM hand-out rules for this engine at the plan's torch version."""
+    constants = case.give_way
+    if spec.sm_count:
+        constants = replace(constants, sm_count=spec.sm_count)
+    version = resolve_torch_version(case.torch_version)
+    return HandOut(
+        priorities=stream_priorities(case.engine, version),
+        constants=constants,
+        world_size=case.world_size,
+        give_way="give_way" in mechanisms,
+        slowest_rank="slowest_rank" in mechanisms,
+    )
 
 
 def estimate_time(
@@ -239,6 +263,8 @@ def estimate_time(
         breakdown=breakdown,
         mechanisms=costs,
         waits=waits,
+        give_way=give_way_detail(program, timeline),
+        cycle=cycle(program, timeline),
     )
 
 
@@ -305,4 +331,6 @@ def describe(estimate: TimeEstimate) -> dict[str, Any]:
         "breakdown": {k: round(v, 6) for k, v in estimate.breakdown.items()},
         "mechanisms": {k: round(v, 6) for k, v in estimate.mechanisms.items()},
         "waits": {k: len(v) for k, v in estimate.waits.items()},
+        "give_way": estimate.give_way,
+        "cycle": estimate.cycle,
     }

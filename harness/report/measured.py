@@ -55,6 +55,11 @@ PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
     "rate_limiter": (C.HOST_SYNC,),  # FSDP1 blocks the host on an event
     "nccl_sm_contention": _COMPUTE,
     "side_stream_sharing": _COMPUTE,
+    # reduce-scatters late behind chain kernels that give way to GEMMs, and the all-gathers
+    # queued behind them on the one communication stream: compute waits on both
+    "give_way": (C.COMM_REDUCE_SCATTER, C.COMM_ALL_GATHER),
+    "slowest_rank": (SKEW,),  # a collective starts when its last rank arrives
+    "allocator retries": (C.HOST_ALLOCATOR, C.HOST_SYNC),  # a retry frees the cache and syncs
 }
 
 

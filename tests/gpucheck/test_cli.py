@@ -45,8 +45,16 @@ def test_a_failed_check_makes_the_exit_code_one(tmp_path, monkeypatch):
 
 def test_unknown_suite_is_refused(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["--suite", "D"])
-    assert "invalid choice: 'D'" in capsys.readouterr().err
+        cli.main(["--suite", "E"])
+    assert "invalid choice: 'E'" in capsys.readouterr().err
+
+
+def test_the_give_way_probe_suite_is_a_skipped_row_without_cuda(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    assert cli.main(["--suite", "D", "--reports-dir", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "cpu" / "gpu-check.json").read_text())["rows"]
+    assert (row["suite"], row["result"]) == ("D", SKIP) and "give-way" in row["check"]
+    assert not (tmp_path / "cpu" / "give_way_calibration.json").exists()
 
 
 def test_a_cpu_run_writes_to_an_ignored_folder_by_default(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ def priced_config(cfg: JobConfig, hardware: str = "a100_80gb") -> JobConfig:
         f"engine={cfg.engine.label}", f"gpus={cfg.gpus}", f"seq_len={cfg.seq_len}",
         f"ckpt_layers={cfg.ckpt_layers}", f"grad_accum={cfg.grad_accum}",
         f"dtype={cfg.dtype}", f"micro_batch={cfg.micro_batch}",
+        f"engine.reduce_dtype={cfg.engine.reduce_dtype}",
     ])  # fmt: skip
     return priced
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from harness.jobdir.result import make_result, write_result
 from harness.plan.cli import main
 
 REQUIRED = (
@@ -82,12 +84,18 @@ def test_cpu_profile_predicts_memory_but_no_time(capsys) -> None:
     assert row["fits"] is None and row["iteration_time_s"] is None
 
 
+def _write_result(job_dir: Path, metrics: dict) -> None:
+    """A job's result.json as a job writes it (the planner reads it with read_result)."""
+    write_result(job_dir, make_result(status="ok", config={"model": "llama2_7b"},
+                                      metrics=metrics))  # fmt: skip
+
+
 def test_calibration_replaces_the_profile_bandwidth(capsys, tmp_path) -> None:
     job = tmp_path / "sweep" / "model=llama2_7b"
     job.mkdir(parents=True)
     probe = {"backend": "nccl", "world_size": 8, "nodes": 1,
              "all_gather": [{"bytes": 2**28, "seconds": 0.01, "bus_gbps": 30.0}]}  # fmt: skip
-    (job / "result.json").write_text(json.dumps({"metrics": {"bandwidth": probe}}))
+    _write_result(job, {"bandwidth": probe})
     point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
     (datasheet,) = _json_rows(capsys, *point)
     (measured,) = _json_rows(capsys, f"calibration={tmp_path / 'sweep'}", *point)
@@ -106,7 +114,7 @@ def test_calibration_adds_the_measured_memory_outside_the_allocator(capsys, tmp_
     for name, outside in (("a", 3 * 2**30), ("b", 5 * 2**30), ("cpu", None)):
         (sweep / name).mkdir(parents=True)
         metrics = {"device_memory_outside_allocator_bytes": outside}
-        (sweep / name / "result.json").write_text(json.dumps({"metrics": metrics}))
+        _write_result(sweep / name, metrics)
     point = ["hardware=a100_80gb", "model=llama2_70b", "gpus=256", "seq_len=4096",
              "ckpt_layers=0", "engine=yafsdp"]  # fmt: skip
     (datasheet,) = _json_rows(capsys, *point)
@@ -128,7 +136,11 @@ def test_a_peak_near_device_memory_is_flagged_not_priced(capsys) -> None:
     for engine, row in by_engine.items():
         assert 0.9 * 80 * 2**30 <= row["peak_memory_bytes"] <= 80 * 2**30, engine
     notes = [line for line in by_engine["yafsdp"]["why"]["fsdp1"] if "note:" in line]
-    assert len(notes) == 2 and all("not priced here" in n for n in notes)
+    assert len(notes) == 2
+    # yafsdp's one pool: near capacity, fragmentation (not modelled) may make it retry
+    assert any("yafsdp's predicted peak" in n and "not priced here" in n for n in notes)
+    # FSDP1's three pools outgrow the device: counted retries, priced as what they expose
+    assert any("fsdp1 reserves" in n and "the in-flight work they expose" in n for n in notes)
     far = _json_rows(capsys, "hardware=a100_80gb", "model=llama2_70b", "gpus=256",
                      "seq_len=2048", "ckpt_layers=80", "engine=yafsdp,fsdp1")  # fmt: skip
     assert not any("note:" in line for r in far for line in (r["why"] or {}).get("fsdp1", []))

@@ -7,6 +7,9 @@ tensor and every op of the real code is seen, no memory and no FLOPs are spent.
 
 `PROBES[model_impl]` builds the probed modules of one implementation: `native`
 (harness/models/llama.py) or `hf` (the transformers model a job with model_impl=hf trains).
+
+`python -m harness.plan.probe give-way [...]` runs the one-GPU probe of the SM hand-out
+rules (`give_way_probe.py`, through `probe/cli.py`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,20 @@
+"""The planner over the 16 published points, each with every engine (48 rows): the target
+is under 10 s on one core once the kernel census is on disk (the first call probes each
+model once and keeps it).
+
+    make bench      # or: pytest tests/bench/test_plan_speed.py --benchmark-enable -s
+"""
+
+from __future__ import annotations
+
+from harness.plan.cli import plan
+
+TARGET_S = 10.0
+
+
+def test_the_published_experiment_plans_in_under_10_s(benchmark) -> None:  # noqa: ANN001
+    plan(["experiment=yafsdp_readme"])  # warm the disk cache of kernel censuses
+    rows = benchmark.pedantic(plan, args=(["experiment=yafsdp_readme"],), rounds=1,
+                              iterations=1)  # fmt: skip
+    assert len(rows) == 48
+    assert benchmark.stats.stats.max < TARGET_S
