@@ -4,11 +4,14 @@ Hydra's basic sweeper lists jobs as the Cartesian product of the swept values, t
 one varying fastest, so `engine=a,b seq_len=1,2` runs all of a's jobs before any of b's: a
 machine that gets busier half-way through would pass for an engine that is slower. Here
 the jobs of one grid point (the same overrides apart from `engine` and `engine.*`) run
-together, engines alternating, and again for each repeat:
+together, engines alternating, and again for each repeat, each repeat starting one engine
+later than the last:
 
-    point 1: A B C A B C A B C    point 2: A B C ...   (repeats=3)
+    point 1: A B C  B C A  C A B    point 2: A B C ...   (repeats=3)
 
-so every engine meets the same drift of the machine. Repeat r > 0 of a job carries the
+so every engine meets the same drift of the machine, and no engine always runs first (a
+first run that meets a cold cache or a load that fades within a round would otherwise bias
+every paired repeat the same way). Repeat r > 0 of a job carries the
 override `repeat=r`, which names its job directory (repeat 0 keeps the name a sweep
 without repeats gives it, so such a sweep resumes into more repeats).
 """
@@ -44,14 +47,16 @@ def point_of(job: Sequence[str]) -> tuple[str, ...]:
 
 def alternate(jobs: Iterable[Sequence[str]], repeats: int) -> list[list[str]]:
     """`jobs` (each a list of overrides) grouped by grid point, in the order points first
-    appear; within a point the engines alternate, once per repeat."""
+    appear; within a point the engines alternate, once per repeat, repeat r starting at
+    the r-th engine."""
     points: dict[tuple[str, ...], list[list[str]]] = {}
     for job in jobs:
         points.setdefault(point_of(job), []).append(list(job))
     ordered = []
     for runs in points.values():
         for r in range(repeats):
-            ordered += [run + [f"{REPEAT}={r}"] if r else list(run) for run in runs]
+            turn = runs[r % len(runs) :] + runs[: r % len(runs)]
+            ordered += [run + [f"{REPEAT}={r}"] if r else list(run) for run in turn]
     return ordered
 
 

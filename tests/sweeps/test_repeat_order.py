@@ -39,8 +39,9 @@ def test_engines_alternate_within_each_point_whatever_the_argument_order() -> No
     assert [e for _, e, _ in engines_and_repeats(jobs)][:2] == ["yafsdp", "yafsdp"]
     ordered = engines_and_repeats(alternate(jobs, 3))
     abc = ["yafsdp", "fsdp1", "fsdp2"]
-    assert ordered == [("32", e, r) for r in range(3) for e in abc] + [
-        ("64", e, r) for r in range(3) for e in abc
+    turns = [abc, abc[1:] + abc[:1], abc[2:] + abc[:2]]  # each repeat starts one engine later
+    assert ordered == [("32", e, r) for r in range(3) for e in turns[r]] + [
+        ("64", e, r) for r in range(3) for e in turns[r]
     ]
 
 
@@ -55,7 +56,10 @@ def test_an_engine_override_counts_as_the_engine_not_as_a_point() -> None:
     jobs = product("engine=yafsdp", "engine.label=yafsdp,yafsdp_aa", "seq_len=32,64")
     ordered = alternate(jobs, 2)
     labels = [next(o for o in job if o.startswith("engine.label")) for job in ordered[:4]]
-    assert labels == ["engine.label=yafsdp", "engine.label=yafsdp_aa"] * 2
+    assert labels == ["engine.label=yafsdp", "engine.label=yafsdp_aa"] + [
+        "engine.label=yafsdp_aa",
+        "engine.label=yafsdp",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -92,12 +96,12 @@ def test_a_sweep_runs_its_repeats_in_turn_each_in_its_own_directory(tmp_path: Pa
     lines = [ln for ln in proc.stdout.splitlines() if " dry run -> " in ln]
     found = [re.search(r"ckpt=0 (\w+) repeat=(\d)  dry run -> \S+/([^/ ]+) ", ln) for ln in lines]
     assert [(m.group(1), m.group(2)) for m in found if m] == [
-        ("yafsdp", "0"), ("fsdp1", "0"), ("yafsdp", "1"), ("fsdp1", "1")
+        ("yafsdp", "0"), ("fsdp1", "0"), ("fsdp1", "1"), ("yafsdp", "1")
     ]  # fmt: skip
     dirs = [m.group(3) for m in found if m]
     assert len(set(dirs)) == 4
     assert dirs[0] == "engine=yafsdp,model=llama_tiny,seq_len=32"  # `repeats` names nothing
-    assert dirs[2] == "engine=yafsdp,model=llama_tiny,repeat=1,seq_len=32"
+    assert dirs[3] == "engine=yafsdp,model=llama_tiny,repeat=1,seq_len=32"
     assert lines[0].startswith("[1/4] ")
 
 
