@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -11,6 +12,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback (for tests that start ranks by environment)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _entry(rank: int, fn: Callable, world_size: int, out_dir: str, args: tuple) -> None:
