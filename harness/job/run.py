@@ -3,7 +3,7 @@
 Whatever happens (invalid config, crash, hang, out of memory, an interrupted runner), the
 job directory ends with a result.json that says so. A stored `ok` result is reused only
 when it was measured with the same config (harness.job.resume); otherwise it is set aside as
-`result.previous.json` and the job runs again.
+`result.previous.<n>.json` and the job runs again.
 """
 
 from __future__ import annotations

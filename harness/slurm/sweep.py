@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
 from harness.job.launch import interrupts_deferred
+from harness.job.resume import rerun_reason
 from harness.job.run import Interrupted
 from harness.jobdir.paths import RESULT_FILE, JobDir
 from harness.jobdir.result import (
@@ -162,7 +163,8 @@ def _sbatch_parameters(job: PlannedJob, params: LauncherParams) -> dict[str, Any
 
 
 def _set_aside_stale_result(job_dir: Path) -> None:
-    """A non-ok result.json of an earlier attempt must not pass for this attempt's verdict."""
+    """An earlier attempt's result.json (failed, or measured with another config) must not
+    pass for this attempt's verdict; it is kept beside it (JobDir.set_aside_result)."""
     JobDir(job_dir).set_aside_result()
     JobDir(job_dir).clear_previous_attempt()
 
@@ -239,18 +241,24 @@ def launch_sweep(
 
 
 def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -> None:
-    """Submit one planned job, or give it its row at once (already ok, refused, sbatch error)."""
+    """Submit one planned job, or give it its row at once (already ok, refused, sbatch error).
+
+    A stored result stands under the local launcher's rule (harness.job.resume): ok, and
+    measured with the config asked for now."""
     desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
-    if _finished_ok(job.job_dir):
+    reason = rerun_reason(job.job_dir, job.config)
+    if reason is None:
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return
+    if reason != "no result yet":
+        log.warning(f"\t{desc}: rerunning: {reason}")
+    _set_aside_stale_result(job.job_dir)
     if job.refusal is not None:
         log.error(f"\t{desc}: refused before submission: {job.refusal}")
         job.result = make_result(status="invalid", config=job.config, error=job.refusal)
         write_result(job.job_dir, job.result)
         return
-    _set_aside_stale_result(job.job_dir)
     try:
         executor.update_parameters(**_sbatch_parameters(job, params))
         job.submitit_job = executor.submit(
