@@ -223,6 +223,8 @@ def launch_sweep(
         plan_job(hydra_context, config, params, initial_job_idx + i, ov)
         for i, ov in enumerate(job_overrides)
     ]
+    if bool(OmegaConf.select(config, "dry_run", default=False)):
+        return _dry_run(hydra_context, task_function, jobs, params)
 
     executor = submitit.SlurmExecutor(folder=params.submitit_folder, max_num_timeout=0)
     task = SlurmRankTask(hydra_context, task_function, config)
@@ -238,6 +240,29 @@ def launch_sweep(
             _cancel_unfinished(jobs, name)
         raise Interrupted(name) from e
     return [_job_return(job) for job in jobs]
+
+
+def _dry_run(
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    jobs: list[PlannedJob],
+    params: LauncherParams,
+) -> list[JobReturn]:
+    """No sbatch: each job's request is printed beside its checks and planner row."""
+    from harness.slurm.dry_run import dry_run_jobs, sbatch_request
+    from harness.sweep.callbacks import active_sweep
+
+    sweep = active_sweep()
+    say = sweep.console.say if sweep is not None else print
+    requests = [
+        (job.idx, job.sweep_config, sbatch_request(_sbatch_parameters(job, params)))
+        if job.refusal is None
+        else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
+        for job in jobs
+    ]
+    return dry_run_jobs(
+        hydra_context=hydra_context, task_function=task_function, jobs=requests, say=say
+    )
 
 
 def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -> None:
