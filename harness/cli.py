@@ -6,7 +6,9 @@ python -m harness -m experiment=cpu_demo
 The console shows one line per finished job and a summary at the end (harness.sweep.console);
 what the ranks print goes to `<job dir>/ranks/rank<r>.log`. Ctrl-C or SIGTERM ends the
 running job's ranks, marks that job `interrupted`, writes the sweep's results.csv for what
-finished and exits 130; the same command resumes.
+finished and exits 130; the same command resumes. A sweep with a job that is not ok exits 1
+(2 when every such job was refused as invalid), as a single failed job does, unless
+`allow_failures=true` (drills).
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ from harness.job.run import Interrupted, in_distributed_env, run_in_existing_env
 from harness.jobdir.result import Result
 from harness.slurm import register_plugin
 from harness.sweep import callbacks
+from harness.sweep.callbacks import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_LOCKED
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, acquire
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-EXIT_INVALID, EXIT_FAILED, EXIT_LOCKED, EXIT_INTERRUPTED = 2, 1, 3, 130
 
 ConfigStore.instance().store(name="job_schema", node=JobConfig)
 # A dry run leaves no `.hydra/` in the job directories it only names.
@@ -125,3 +127,5 @@ def main() -> None:
     except (KeyboardInterrupt, Interrupted) as e:
         _after_interrupt(e.signal_name if isinstance(e, Interrupted) else "SIGINT")
         sys.exit(EXIT_INTERRUPTED)
+    # A multirun with a job that is not ok fails, as pytest does (allow_failures: exit 0).
+    sys.exit(callbacks.exit_code())

@@ -23,7 +23,15 @@ FIELDS_ADDED_LATER = {"model_impl": "native", "engine.memory_budget_gb": 0.0}
 # them. Everything else in the config counts.
 # device_spec holds the planner's figures: they change predictions, never a measurement.
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
+    {
+        "dry_run",
+        "quiet",
+        "verbose",
+        "allow_failures",
+        "job_timeout_s",
+        "collective_timeout_s",
+        "device_spec",
+    }
 )
 
 

@@ -15,6 +15,9 @@ from harness.jobdir.result import Result
 from harness.sweep.console import Console
 from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
 
+# Exit statuses of `python -m harness`, a single run's and a sweep's alike.
+EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 2, 3, 130
+
 
 @dataclass
 class ActiveSweep:
@@ -27,6 +30,9 @@ class ActiveSweep:
     console: Console
     swept: frozenset[str] = frozenset()  # fields with more than one value in this sweep
     results: list[Result] = field(default_factory=list)  # one per job, in order
+    allow_failures: bool = False  # a drill: jobs that are not ok do not fail the sweep
+    exit_code: int = 0  # set by finish: EXIT_FAILED when a job is not ok (and not allowed)
+    not_ok: int = 0  # set by finish: jobs whose status is not ok
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
@@ -34,7 +40,10 @@ class ActiveSweep:
         try:
             if self.dry_run:
                 self._remove_dry_run_traces()
-                self.console.summary(sweep_dir=self.sweep_dir, results_csv=None)
+                self._judge(self._seen())
+                self.console.summary(
+                    sweep_dir=self.sweep_dir, results_csv=None, verdict=self._verdict()
+                )
                 return None
             from harness.results.table import collect_results, write_results_csv
             from harness.results.timelines import draw_sweep_timelines
@@ -43,17 +52,47 @@ class ActiveSweep:
             path = write_results_csv(self.sweep_dir, df)
             pictures = draw_sweep_timelines(self.sweep_dir, df)
             statuses = list(df["status"]) if "status" in df else []
+            self._judge(self._seen() or [(status, False) for status in statuses])
             self.console.summary(
                 sweep_dir=self.sweep_dir,
                 results_csv=path,
                 timelines=len(pictures),
                 statuses=statuses,  # jobs that ran elsewhere (SLURM) are only on disk
                 interrupted=interrupted,
+                verdict=None if interrupted else self._verdict(),
             )
             return path
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+    def _seen(self) -> list[tuple[str, bool]]:
+        """(status, allow_failures of its config) of each job this process saw end."""
+        return [
+            (r.status, bool(r.config.get("allow_failures"))) for _, r, _ in self.console.finished
+        ]
+
+    def _judge(self, jobs: list[tuple[str, bool]]) -> None:
+        """The sweep's exit status, as pytest's: non-zero when a job is not ok, unless the
+        sweep or that job's own config (a drill) says allow_failures=true."""
+        self.not_ok = sum(status != "ok" for status, _ in jobs)
+        failing = [s for s, allowed in jobs if s != "ok" and not (allowed or self.allow_failures)]
+        if not failing:
+            self.exit_code = 0
+        else:
+            self.exit_code = EXIT_INVALID if set(failing) == {"invalid"} else EXIT_FAILED
+
+    def _verdict(self) -> str | None:
+        """The summary's line on the exit status, when jobs were not ok."""
+        n = self.not_ok
+        if not n:
+            return None
+        jobs = "1 job is" if n == 1 else f"{n} jobs are"
+        if self.exit_code == 0:
+            return f"exit status 0: {jobs} not ok, allowed by allow_failures=true"
+        return (
+            f"exit status {self.exit_code}: {jobs} not ok (allow_failures=true lets a drill exit 0)"
+        )
 
     def _remove_dry_run_traces(self) -> None:
         """Hydra makes the sweep directory and its multirun.yaml even for a dry run."""
@@ -66,10 +105,16 @@ class ActiveSweep:
 
 
 _active: ActiveSweep | None = None
+_exit_code = 0  # of the last sweep this process finished
 
 
 def active_sweep() -> ActiveSweep | None:
     return _active
+
+
+def exit_code() -> int:
+    """The exit status the last finished sweep asks for (0 when none ran)."""
+    return _exit_code
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, frozenset[str]]:
@@ -107,7 +152,7 @@ class AggregateResults(Callback):
                 lock = acquire(sweep_dir, what="sweep directory")
             except DirectoryLocked as e:
                 print(f"[harness] refused: {e}", file=sys.stderr)
-                sys.exit(3)
+                sys.exit(EXIT_LOCKED)
             if lock.taken_over:
                 print(
                     f"[harness] warning: taking over {sweep_dir} from "
@@ -120,9 +165,11 @@ class AggregateResults(Callback):
         total, swept = sweep_plan(config)
         console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
         _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept)
+        _active.allow_failures = bool(config.get("allow_failures", False))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global _active
+        global _active, _exit_code
         if _active is not None:
             _active.finish()
+            _exit_code = _active.exit_code
         _active = None

@@ -205,6 +205,7 @@ class Console:
         timelines: int = 0,
         statuses: list[str] | None = None,
         interrupted: str | None = None,
+        verdict: str | None = None,
     ) -> None:
         """Printed quiet or not: jobs by status, failures, where the results are, what next.
 
@@ -237,5 +238,7 @@ class Console:
             if timelines:
                 lines.append(f"timelines: {timelines} in {short_path(sweep_dir / 'timelines')}")
             lines.append(f"report:    python -m harness.report {short_path(sweep_dir)}")
+        if verdict:
+            lines.append(verdict)
         for line in lines:
             print(line, file=self.stream, flush=True)
