@@ -16,7 +16,6 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,20 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import JobConfig
-from harness.job.run import Interrupted, in_distributed_env, run_in_existing_env, run_job
-from harness.jobdir.result import Result
+from harness.job.failure import failure_result
+from harness.job.run import (
+    Interrupted,
+    JobOutcome,
+    in_distributed_env,
+    run_in_existing_env,
+    run_job,
+)
+from harness.jobdir.result import Result, make_result
 from harness.slurm import register_plugin
 from harness.sweep import callbacks
 from harness.sweep.callbacks import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_LOCKED
 from harness.sweep.console import Console, job_label, short_path, swept_extras
-from harness.sweep.dirlock import DirectoryLocked, acquire
+from harness.sweep.dirlock import DirectoryLocked, LockUnavailable, acquire
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -50,46 +56,65 @@ register_plugin()  # hydra/launcher=slurm, also from a source checkout
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")
 def run(cfg: DictConfig) -> Result | None:
     """The Hydra task: one job, in this process's sweep or on its own."""
-    refusals = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
-    job_cfg: JobConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     hydra_cfg = HydraConfig.get()
     job_dir = Path(hydra_cfg.runtime.output_dir)
     if in_distributed_env():  # one rank of a SLURM job: the submitter decides the result
-        return run_in_existing_env(job_cfg, job_dir)
+        return run_in_existing_env(OmegaConf.to_object(cfg), job_dir)  # type: ignore[arg-type]
     single = hydra_cfg.mode == RunMode.RUN
-    if single and not job_cfg.dry_run:
-        try:
-            acquire(job_dir, what="job directory")  # held until this process exits
-        except DirectoryLocked as e:
-            print(f"[harness] refused: {e}", file=sys.stderr)
-            sys.exit(EXIT_LOCKED)
+    dry_run = bool(cfg.get("dry_run", False))
     sweep = callbacks.active_sweep()
+    config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     if sweep is not None:
         console = sweep.console
-        label = job_label(asdict(job_cfg), swept_extras(hydra_cfg.overrides.task, sweep.swept))
+        label = job_label(config, swept_extras(hydra_cfg.overrides.task, sweep.swept))
     else:
-        console = Console(total=None, quiet=job_cfg.quiet, verbose=job_cfg.verbose)
-        label = job_label(asdict(job_cfg))
+        console = Console(total=None, quiet=bool(cfg.quiet), verbose=bool(cfg.verbose))
+        label = job_label(config)
+    lock, busy = None, None
+    if not dry_run:  # one writer per job directory, a single run's or a sweep's
+        try:
+            lock = acquire(job_dir, what="job directory")
+        except (DirectoryLocked, LockUnavailable) as e:
+            if single:
+                print(f"[harness] refused: {e}", file=sys.stderr)
+                sys.exit(EXIT_LOCKED)
+            busy = str(e)
     console.job_started(job_dir)
-    outcome = run_job(
-        job_cfg,
-        job_dir,
-        refusals=refusals,
-        on_poll=lambda: console.poll(label),
-        say=console.say,
-    )
+    try:
+        if busy is not None:  # not written: the directory is another runner's
+            result = make_result(status="failed", config=config, error=f"not run: {busy}")
+            outcome = JobOutcome(result, False, job_dir)
+        else:
+            outcome = _run_one(cfg, job_dir, console, label)
+    except Exception as e:  # a bug, a full disk, a library's error: this job's row
+        outcome = JobOutcome(failure_result(config, job_dir, e), True, job_dir)
+    finally:
+        if lock is not None:
+            lock.release()
     console.job_finished(label, outcome.result, job_dir, ran=outcome.ran)
     if sweep is not None:
         sweep.results.append(outcome.result)
-    elif not job_cfg.dry_run and not job_cfg.quiet:
+    elif not dry_run and not cfg.quiet:
         print(f"result: {short_path(job_dir / 'result.json')}")
-    if job_cfg.dry_run:
+    if dry_run:
         _remove_if_empty(job_dir)
     status = outcome.result.status
     # A single run reports failure through its exit code; a sweep goes on to the next job.
     if single and status != "ok":
         sys.exit(EXIT_INVALID if status == "invalid" else EXIT_FAILED)
     return outcome.result
+
+
+def _run_one(cfg: DictConfig, job_dir: Path, console: Console, label: str) -> JobOutcome:
+    refusals = unknown_field_errors(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+    job_cfg: JobConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    return run_job(
+        job_cfg,
+        job_dir,
+        refusals=refusals,
+        on_poll=lambda: console.poll(label),
+        say=console.say,
+    )
 
 
 def _remove_if_empty(path: Path) -> None:
@@ -127,5 +152,10 @@ def main() -> None:
     except (KeyboardInterrupt, Interrupted) as e:
         _after_interrupt(e.signal_name if isinstance(e, Interrupted) else "SIGINT")
         sys.exit(EXIT_INTERRUPTED)
+    except BaseException:  # Hydra itself failed (it has said why): the sweep's end still runs
+        sweep = callbacks.active_sweep()
+        if sweep is not None and not sweep.finished:
+            sweep.finish()
+        raise
     # A multirun with a job that is not ok fails, as pytest does (allow_failures: exit 0).
     sys.exit(callbacks.exit_code())

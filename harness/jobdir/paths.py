@@ -4,6 +4,7 @@
     <job dir>/result.previous.<n>.json  earlier attempts' results, set aside on re-runs
                                      (1 the oldest; result.previous.json in older dirs)
     <job dir>/job_config.json        the config the ranks read (local launcher)
+    <job dir>/runner.log             the runner's traceback when running the job raised
     <job dir>/ranks/rank<r>.log      what rank r printed
     <job dir>/ranks/rank<r>.json     how rank r ended (harness.jobdir.rank_outcome)
     <job dir>/ranks/exits.json       exit codes of ranks that died first (local launcher)
@@ -29,6 +30,7 @@ RANKS_DIR = "ranks"
 TRACES_DIR = "traces"
 EXITS_FILE = "exits.json"
 LAUNCHER_LOG = "launcher.log"
+RUNNER_LOG = "runner.log"
 PHASE_FILE = "phase"
 
 
@@ -60,6 +62,10 @@ class JobDir:
     @property
     def job_config(self) -> Path:
         return self.root / JOB_CONFIG_FILE
+
+    @property
+    def runner_log(self) -> Path:
+        return self.root / RUNNER_LOG
 
     @property
     def ranks(self) -> Path:

@@ -13,7 +13,13 @@ from omegaconf import DictConfig
 
 from harness.jobdir.result import Result
 from harness.sweep.console import Console
-from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
+from harness.sweep.dirlock import (
+    DirectoryLocked,
+    DirLock,
+    LockUnavailable,
+    acquire,
+    describe_holder,
+)
 
 # Exit statuses of `python -m harness`, a single run's and a sweep's alike.
 EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -33,10 +39,13 @@ class ActiveSweep:
     allow_failures: bool = False  # a drill: jobs that are not ok do not fail the sweep
     exit_code: int = 0  # set by finish: EXIT_FAILED when a job is not ok (and not allowed)
     not_ok: int = 0  # set by finish: jobs whose status is not ok
+    finished: bool = False  # finish has run (once is enough)
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
-        release the lock."""
+        release the lock. Never raises for a table it cannot write (a full disk): the
+        summary says so and the exit status fails."""
+        self.finished = True
         try:
             if self.dry_run:
                 self._remove_dry_run_traces()
@@ -45,26 +54,44 @@ class ActiveSweep:
                     sweep_dir=self.sweep_dir, results_csv=None, verdict=self._verdict()
                 )
                 return None
-            from harness.results.table import collect_results, write_results_csv
-            from harness.results.timelines import draw_sweep_timelines
-
-            df = collect_results(self.sweep_dir)
-            path = write_results_csv(self.sweep_dir, df)
-            pictures = draw_sweep_timelines(self.sweep_dir, df)
-            statuses = list(df["status"]) if "status" in df else []
+            path, pictures, statuses, problem = self._write_tables()
             self._judge(self._seen() or [(status, False) for status in statuses])
+            if problem is not None:  # the sweep's own record is incomplete
+                self.exit_code = EXIT_FAILED
+            verdict = None if interrupted else self._verdict()
+            lines = [line for line in (problem, verdict) if line]
             self.console.summary(
                 sweep_dir=self.sweep_dir,
                 results_csv=path,
-                timelines=len(pictures),
+                timelines=pictures,
                 statuses=statuses,  # jobs that ran elsewhere (SLURM) are only on disk
                 interrupted=interrupted,
-                verdict=None if interrupted else self._verdict(),
+                verdict="\n".join(lines) or None,
             )
             return path
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+    def _write_tables(self) -> tuple[Path | None, int, list[str], str | None]:
+        """(results.csv, timelines drawn, job statuses on disk, what could not be written)."""
+        from harness.job.failure import describe_error
+        from harness.results.table import collect_results, write_results_csv
+        from harness.results.timelines import draw_sweep_timelines
+
+        try:
+            df = collect_results(self.sweep_dir)
+            statuses = list(df["status"]) if "status" in df else []
+            path = write_results_csv(self.sweep_dir, df)
+        except Exception as e:
+            _, why = describe_error(e, self.sweep_dir)
+            return None, 0, [], f"results.csv not written: {why}"
+        try:
+            pictures = len(draw_sweep_timelines(self.sweep_dir, df))
+        except Exception as e:
+            _, why = describe_error(e, self.sweep_dir)
+            return path, 0, statuses, f"timelines not drawn: {why}"
+        return path, pictures, statuses, None
 
     def _seen(self) -> list[tuple[str, bool]]:
         """(status, allow_failures of its config) of each job this process saw end."""
@@ -150,8 +177,8 @@ class AggregateResults(Callback):
         if not dry_run:  # a dry run writes nothing, so it needs no lock
             try:
                 lock = acquire(sweep_dir, what="sweep directory")
-            except DirectoryLocked as e:
-                print(f"[harness] refused: {e}", file=sys.stderr)
+            except (DirectoryLocked, LockUnavailable) as e:  # a SystemExit passes Hydra's
+                print(f"[harness] refused: {e}", file=sys.stderr)  # catch of callback errors
                 sys.exit(EXIT_LOCKED)
             if lock.taken_over:
                 print(
