@@ -95,7 +95,7 @@ def run(cfg: DictConfig) -> Result | None:
     if sweep is not None:
         sweep.results.append(outcome.result)
     elif not dry_run and not cfg.quiet:
-        print(f"result: {short_path(job_dir / 'result.json')}")
+        console.line(f"result: {short_path(job_dir / 'result.json')}")
     if dry_run:
         _remove_if_empty(job_dir)
     status = outcome.result.status

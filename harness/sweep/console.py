@@ -12,6 +12,7 @@ would need this same code to stay one line per job.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -77,6 +78,47 @@ def short_path(path: Path) -> str:
         return str(path)
 
 
+class _Unbreakable:
+    """A text stream whose reader may go away (`python -m harness -m ... | head -1`): the
+    first broken pipe silences it for good instead of ending the sweep."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except (BrokenPipeError, ValueError):  # ValueError: a stream already closed
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (BrokenPipeError, ValueError):
+                self._silence()
+
+    def _silence(self) -> None:
+        """Point the stream's descriptor at /dev/null: what is still buffered in it, and
+        Python's own flush at exit, then meet no broken pipe either."""
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 class Console:
     """Progress of one sweep (total known) or one job (total None) on `stream`."""
 
@@ -88,7 +130,7 @@ class Console:
         verbose: bool = False,
         stream: TextIO | None = None,
     ) -> None:
-        self.stream = stream or sys.stdout
+        self.stream: Any = _Unbreakable(stream or sys.stdout)  # never ends a sweep
         self.total = total
         self.quiet = quiet
         self.verbose = verbose
@@ -106,6 +148,10 @@ class Console:
     def _write(self, text: str) -> None:
         self._clear_live()
         print(text, file=self.stream, flush=True)
+
+    def line(self, text: str) -> None:
+        """One plain line (a single run's closing `result: <path>`)."""
+        self._write(text)
 
     def say(self, text: str) -> None:
         """A remark about the job about to run (a rerun's reason); not when quiet."""
