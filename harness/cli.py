@@ -13,6 +13,7 @@ finished and exits 130; the same command resumes. A sweep with a job that is not
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -45,10 +46,21 @@ from harness.validate import unknown_field_errors
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 
 ConfigStore.instance().store(name="job_schema", node=JobConfig)
-# A dry run leaves no `.hydra/` in the job directories it only names.
-OmegaConf.register_new_resolver(
-    "harness_unless_dry_run", lambda dry_run, value: None if dry_run else value, replace=True
-)
+
+
+def _hydra_subdir(dry_run: bool, output_dir: str, subdir: str) -> str | None:
+    """Where Hydra saves a job's config (`.hydra/`), or None for not at all: a dry run leaves
+    nothing in the job directories it only names, and a job directory that cannot be
+    written gets the harness's own refusal (the job directory lock) instead of Hydra's
+    traceback."""
+    if dry_run:
+        return None
+    if os.path.isdir(output_dir) and not os.access(output_dir, os.W_OK):
+        return None
+    return subdir
+
+
+OmegaConf.register_new_resolver("harness_hydra_subdir", _hydra_subdir, replace=True)
 
 register_plugin()  # hydra/launcher=slurm, also from a source checkout
 
