@@ -142,23 +142,29 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 
 def _after_interrupt(signal_name: str) -> None:
     """Say what was kept and how to go on; results.csv covers the jobs that finished."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second one must not cut
+        signal.signal(sig, signal.SIG_IGN)  # this short
     command = shlex.join([Path(sys.executable).name, "-m", "harness", *sys.argv[1:]])
     sweep = callbacks.active_sweep()
     if sweep is None or sweep.dry_run:
-        print(f"[harness] interrupted ({signal_name}); rerun with: {command}", file=sys.stderr)
+        _tell(f"[harness] interrupted ({signal_name}); rerun with: {command}")
         return
     sweep.finish(interrupted=signal_name)
-    print(
-        f"[harness] interrupted ({signal_name}); resume with the same command: {command}",
-        file=sys.stderr,
-    )
+    _tell(f"[harness] interrupted ({signal_name}); resume with the same command: {command}")
+
+
+def _tell(line: str) -> None:
+    """A line on stderr, which a closed terminal (SIGHUP) may no longer take."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def main() -> None:
     """Console entry point: the Hydra app, with interrupts turned into a clean exit 130."""
     signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGHUP, _raise_interrupted)  # a closed terminal, as Ctrl-C
     try:
         run()
     except (KeyboardInterrupt, Interrupted) as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.config import JobConfig
 from harness.job.oom_kills import oom_kill_count, oom_kills_since
 from harness.job.resume import rerun_reason
+from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
 from harness.jobdir.rank_outcome import (
     read_rank_exits,
@@ -82,6 +83,9 @@ def run_job(
             False,
             job_dir,
         )
+    stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
+    if stray is not None:
+        say(stray)
     reason = rerun_reason(job_dir, config)
     if reason is None:
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)

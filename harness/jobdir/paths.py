@@ -5,6 +5,7 @@
                                      (1 the oldest; result.previous.json in older dirs)
     <job dir>/job_config.json        the config the ranks read (local launcher)
     <job dir>/runner.log             the runner's traceback when running the job raised
+    <job dir>/attempt.json           the running attempt's process group (harness.job.strays)
     <job dir>/ranks/rank<r>.log      what rank r printed
     <job dir>/ranks/rank<r>.json     how rank r ended (harness.jobdir.rank_outcome)
     <job dir>/ranks/exits.json       exit codes of ranks that died first (local launcher)

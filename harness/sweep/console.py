@@ -79,8 +79,9 @@ def short_path(path: Path) -> str:
 
 
 class _Unbreakable:
-    """A text stream whose reader may go away (`python -m harness -m ... | head -1`): the
-    first broken pipe silences it for good instead of ending the sweep."""
+    """A text stream whose reader may go away (`python -m harness -m ... | head -1`, a
+    closed terminal): the first failed write silences it for good instead of ending the
+    sweep."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -96,7 +97,7 @@ class _Unbreakable:
         if not self.broken:
             try:
                 return self._stream.write(text)
-            except (BrokenPipeError, ValueError):  # ValueError: a stream already closed
+            except (OSError, ValueError):  # a closed pipe or terminal; a closed stream
                 self._silence()
         return len(text)
 
@@ -104,7 +105,7 @@ class _Unbreakable:
         if not self.broken:
             try:
                 self._stream.flush()
-            except (BrokenPipeError, ValueError):
+            except (OSError, ValueError):
                 self._silence()
 
     def _silence(self) -> None:
