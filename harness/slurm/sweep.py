@@ -30,12 +30,12 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.result import finished_ok as _finished_ok
+from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
-SLURM_RECORD = "slurm.json"
 
 
 @dataclass(kw_only=True)
@@ -178,6 +178,7 @@ def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
         {
             "job_id": str(sj.job_id),
             "state": state,
+            "config": job.config,  # what it was submitted with: a resume adopts only that
             "nodes": shape.nodes,
             "tasks_per_node": shape.tasks_per_node,
             "gpus_per_node": shape.gpus_per_node,
@@ -271,6 +272,11 @@ def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -
     A stored result stands under the local launcher's rule (harness.job.resume): ok, and
     measured with the config asked for now."""
     desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
+    if job.refusal is None and job.shape is not None:
+        world = job.shape.world_size
+        job.submitit_job = adopt(job.job_dir, job.config, world, executor.folder, desc)
+        if job.submitit_job is not None:
+            return
     reason = rerun_reason(job.job_dir, job.config)
     if reason is None:
         job.result = read_result(job.job_dir / RESULT_FILE)
@@ -298,7 +304,7 @@ def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -
         return
     shape = job.shape
     assert shape is not None
-    _write_slurm_record(job, state="SUBMITTED")
+    _write_slurm_record(job, state=SUBMITTED)
     log.info(
         f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
         f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"

@@ -1,13 +1,15 @@
 """The SLURM submitter's decisions, with sbatch replaced by a recorder: which jobs it submits
-again, and what it keeps (issue 30: H1, M6)."""
+again, which it adopts, and what it keeps (issue 30: H1, M6)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from omegaconf import OmegaConf
 
 from harness.config import JobConfig
@@ -67,3 +69,48 @@ def test_a_stored_ok_result_of_the_same_config_is_kept(tmp_path: Path) -> None:
     write_result(job_dir, make_result(status="ok", config=job.config))
     assert submit(job, tmp_path).submitted == []
     assert job.result is not None and job.result.ok
+
+
+def _earlier_submission(job: PlannedJob, state: str = "SUBMITTED", **config: Any) -> None:
+    record = {"job_id": "4242", "state": state, "config": {**job.config, **config}}
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+    (job.job_dir / "slurm.json").write_text(json.dumps(record))
+
+
+def test_a_job_an_earlier_submitter_left_running_is_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.slurm.adopt as adopt
+
+    asked: list[str] = []
+    monkeypatch.setattr(adopt, "slurm_job_state", lambda job_id: asked.append(job_id) or "RUNNING")
+    job = planned(tmp_path / "job")
+    _earlier_submission(job)  # the submitter died after sbatch: slurm.json says SUBMITTED
+    assert submit(job, tmp_path).submitted == []
+    assert asked == ["4242"] and job.submitit_job.job_id == "4242"
+    assert job.submitit_job.num_tasks == 2  # every rank's outcome is read when it ends
+
+
+def test_an_earlier_job_that_a_submitter_saw_end_is_not_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.slurm.adopt as adopt
+
+    monkeypatch.setattr(adopt, "slurm_job_state", lambda job_id: "FAILED")
+    job = planned(tmp_path / "job")
+    _earlier_submission(job, state="FAILED")
+    assert len(submit(job, tmp_path).submitted) == 1
+
+
+def test_a_running_job_of_another_config_is_cancelled_and_resubmitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.slurm.adopt as adopt
+
+    cancelled: list[list[str]] = []
+    monkeypatch.setattr(adopt, "slurm_job_state", lambda job_id: "RUNNING")
+    monkeypatch.setattr(adopt.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd))
+    job = planned(tmp_path / "job")
+    _earlier_submission(job, lr=1.0)
+    assert len(submit(job, tmp_path).submitted) == 1
+    assert cancelled == [["scancel", "4242"]]
