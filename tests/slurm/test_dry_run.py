@@ -64,5 +64,6 @@ def test_jobs_that_sbatch_refuses_are_counted_in_the_summary(tmp_path: Path) -> 
         "hydra.launcher.request_gpus=false",
     )  # fmt: skip
     assert len(calls.read_text().splitlines()) == 2
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "sweep done: 2 jobs" in proc.stdout and "2 failed" in proc.stdout, proc.stdout
     assert "none finished" not in proc.stdout
