@@ -27,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config import JobConfig
-from harness.job.failure import failure_result
+from harness.job.failure import disk_full, failure_result
 from harness.job.run import (
     Interrupted,
     JobOutcome,
@@ -51,11 +51,11 @@ ConfigStore.instance().store(name="job_schema", node=JobConfig)
 def _hydra_subdir(dry_run: bool, output_dir: str, subdir: str) -> str | None:
     """Where Hydra saves a job's config (`.hydra/`), or None for not at all: a dry run leaves
     nothing in the job directories it only names, and a job directory that cannot be
-    written gets the harness's own refusal (the job directory lock) instead of Hydra's
-    traceback."""
+    written (read-only, a full disk) gets the harness's own refusal or row instead of
+    Hydra's traceback, which would end the sweep."""
     if dry_run:
         return None
-    if os.path.isdir(output_dir) and not os.access(output_dir, os.W_OK):
+    if os.path.isdir(output_dir) and (not os.access(output_dir, os.W_OK) or disk_full(output_dir)):
         return None
     return subdir
 

@@ -8,6 +8,7 @@ files left behind to keep a full disk full.
 from __future__ import annotations
 
 import errno
+import os
 import traceback
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,24 @@ def describe_error(error: BaseException, job_dir: Path) -> tuple[str, str]:
         return "failed", f"{where} is not writable ({error.strerror}); choose another directory"
     status = classify(error)
     return status, f"the runner raised {type(error).__name__}: {error}"
+
+
+FULL_BELOW_BYTES = 1 << 20  # a file system with less than this free is full for a job
+
+
+def disk_full(path: Path | str) -> bool:
+    """Whether the file system holding `path` has (next to) no space left: ranks that died
+    without a word there most likely could not write one."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < FULL_BELOW_BYTES
+
+
+def full_disk_error(job_dir: Path) -> str:
+    fix = "free some space, or rerun into another hydra.sweep.dir"
+    return f"no space left on {job_dir} (the ranks could not write their files); {fix}"
 
 
 def remove_temporaries(job_dir: Path) -> list[Path]:

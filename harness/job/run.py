@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.config import JobConfig
+from harness.job.failure import disk_full, full_disk_error, remove_temporaries
 from harness.job.oom_kills import oom_kill_count, oom_kills_since
 from harness.job.resume import rerun_reason
 from harness.job.strays import end_stray_attempt
@@ -154,6 +155,8 @@ def decide_result(
         return read_result(JobDir(job_dir).result)
     if decided is not None:
         return _write_failure(cfg, job_dir, *decided)
+    if disk_full(job_dir):  # nothing written, and no room to write: the likely cause
+        return _write_failure(cfg, job_dir, "failed", full_disk_error(job_dir))
     return _write_failure(
         cfg, job_dir, "failed", f"ranks exited (code {exit_code}) without writing a result"
     )
@@ -179,6 +182,7 @@ def describe(cfg: JobConfig) -> str:
 
 
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:
+    remove_temporaries(job_dir)  # what its ranks' interrupted writers left (a full disk)
     result = make_result(status=status, config=asdict(cfg), error=error)
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands

@@ -112,3 +112,29 @@ def test_the_oom_kill_count_is_read_from_cgroup_v2_and_v1(
     expected = int(next(iter(files.values())).split("oom_kill ")[1].split()[0])
     assert oom_kill_count(tmp_path / "cgroup", tmp_path / "fs") == expected
     assert oom_kill_count(tmp_path / "missing", tmp_path / "fs") is None
+
+
+def test_ranks_silenced_by_a_full_disk_are_named_so_and_their_temporaries_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.job.run as job_run
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / ".rank0.json.tmp.tmp").write_text("{")  # a trace writer cut short
+    monkeypatch.setattr(job_run, "disk_full", lambda path: True, raising=False)
+    result = decide_result(CFG, tmp_path, exit_code=1, timed_out=False)  # no rank wrote a word
+    assert result.status == "failed"
+    assert result.error.startswith(f"no space left on {tmp_path}"), result.error
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_hydra_saves_no_config_into_a_full_or_read_only_job_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.cli as cli
+
+    assert cli._hydra_subdir(False, str(tmp_path), ".hydra") == ".hydra"
+    assert cli._hydra_subdir(True, str(tmp_path), ".hydra") is None  # a dry run
+    monkeypatch.setattr(cli, "disk_full", lambda path: True)
+    assert cli._hydra_subdir(False, str(tmp_path), ".hydra") is None  # Hydra would raise
