@@ -40,7 +40,7 @@ from harness.slurm import register_plugin
 from harness.sweep import callbacks
 from harness.sweep.callbacks import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_LOCKED
 from harness.sweep.console import Console, job_label, short_path, swept_extras
-from harness.sweep.dirlock import DirectoryLocked, LockUnavailable, acquire
+from harness.sweep.dirlock import DirectoryLocked, DirLock, LockUnavailable, acquire
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -76,21 +76,8 @@ def run(cfg: DictConfig) -> Result | None:
     dry_run = bool(cfg.get("dry_run", False))
     sweep = callbacks.active_sweep()
     config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    if sweep is not None:
-        console = sweep.console
-        label = job_label(config, swept_extras(hydra_cfg.overrides.task, sweep.swept))
-    else:
-        console = Console(total=None, quiet=bool(cfg.quiet), verbose=bool(cfg.verbose))
-        label = job_label(config)
-    lock, busy = None, None
-    if not dry_run:  # one writer per job directory, a single run's or a sweep's
-        try:
-            lock = acquire(job_dir, what="job directory")
-        except (DirectoryLocked, LockUnavailable) as e:
-            if single:
-                print(f"[harness] refused: {e}", file=sys.stderr)
-                sys.exit(EXIT_LOCKED)
-            busy = str(e)
+    console, label = _console_and_label(cfg, config, sweep)
+    lock, busy = (None, None) if dry_run else _lock_job_dir(job_dir, single=single)
     console.job_started(job_dir)
     try:
         if busy is not None:  # not written: the directory is another runner's
@@ -115,6 +102,30 @@ def run(cfg: DictConfig) -> Result | None:
     if single and status != "ok":
         sys.exit(EXIT_INVALID if status == "invalid" else EXIT_FAILED)
     return outcome.result
+
+
+def _console_and_label(
+    cfg: DictConfig, config: dict[str, Any], sweep: callbacks.ActiveSweep | None
+) -> tuple[Console, str]:
+    """The sweep's console and the job's line label, or a single run's own console."""
+    if sweep is not None:
+        extras = swept_extras(HydraConfig.get().overrides.task, sweep.swept)
+        return sweep.console, job_label(config, extras)
+    console = Console(total=None, quiet=bool(cfg.quiet), verbose=bool(cfg.verbose))
+    return console, job_label(config)
+
+
+def _lock_job_dir(job_dir: Path, *, single: bool) -> tuple[DirLock | None, str | None]:
+    """(lock, None), or (None, why) for a sweep's job whose directory is another runner's:
+    one writer per job directory, a single run's or a sweep's. A single run that cannot
+    have it is refused."""
+    try:
+        return acquire(job_dir, what="job directory"), None
+    except (DirectoryLocked, LockUnavailable) as e:
+        if single:
+            print(f"[harness] refused: {e}", file=sys.stderr)
+            sys.exit(EXIT_LOCKED)
+        return None, str(e)
 
 
 def _run_one(cfg: DictConfig, job_dir: Path, console: Console, label: str) -> JobOutcome:
