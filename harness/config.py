@@ -160,6 +160,8 @@ class JobConfig:
     torch_version: str = ""
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    # a multirun with a job that is not ok exits 1; true (for drills) lets it exit 0
+    allow_failures: bool = False
     quiet: bool = False  # console: only the end-of-sweep summary
     verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
     dry_run: bool = False  # validate and print the job, start nothing

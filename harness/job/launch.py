@@ -27,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.config import JobConfig, config_from_dict
+from harness.job.strays import RUNNER_PID_ENV, die_with_runner, forget_attempt, record_attempt
 from harness.jobdir.paths import JobDir
 from harness.ports import free_port
 
@@ -50,6 +51,7 @@ def launch_local(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHELASTIC_"))}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
+    env[RUNNER_PID_ENV] = str(os.getpid())  # the launcher dies with this runner
     with open(paths.launcher_log, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.job.launch", str(job_dir)],
@@ -59,6 +61,7 @@ def launch_local(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    record_attempt(job_dir, proc.pid)  # it leads its own group: pgid == pid
     deadline = time.monotonic() + cfg.job_timeout_s
     try:
         while True:
@@ -68,13 +71,16 @@ def launch_local(
             except subprocess.TimeoutExpired:
                 if time.monotonic() > deadline:
                     _end_group(proc, TIMEOUT_GRACE_S)
+                    forget_attempt(job_dir)
                     return proc.returncode, True
                 if on_poll is not None:
                     on_poll()
     except BaseException:
         _end_group(proc, INTERRUPT_GRACE_S)
+        forget_attempt(job_dir)
         raise
     _end_group(proc, 0.0)  # nothing of the job outlives it (stray helpers included)
+    forget_attempt(job_dir)
     return code, False
 
 
@@ -97,12 +103,13 @@ def _end_group(proc: subprocess.Popen, grace_s: float) -> None:
 
 @contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM inside (main thread only): for clean-up a second Ctrl-C
-    must not cut short."""
+    """Ignore SIGINT, SIGTERM and SIGHUP inside (main thread only): for clean-up a second
+    Ctrl-C must not cut short."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stops}
     try:
         yield
     finally:
@@ -146,6 +153,7 @@ def _record_exits(job_dir: Path, failures: dict) -> None:
 
 
 def _elastic_main(job_dir: Path) -> int:
+    die_with_runner()
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 

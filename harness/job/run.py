@@ -3,27 +3,31 @@
 Whatever happens (invalid config, crash, hang, out of memory, an interrupted runner), the
 job directory ends with a result.json that says so. A stored `ok` result is reused only
 when it was measured with the same config (harness.job.resume); otherwise it is set aside as
-`result.previous.json` and the job runs again.
+`result.previous.<n>.json` and the job runs again.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.config import JobConfig
+from harness.job.failure import disk_full, full_disk_error, remove_temporaries
+from harness.job.oom_kills import oom_kill_count, oom_kills_since
 from harness.job.resume import rerun_reason
+from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
 from harness.jobdir.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
-    root_cause,
     unrecorded_failures,
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
+from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -110,6 +114,9 @@ def _run_job(
             False,
             job_dir,
         )
+    stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
+    if stray is not None:
+        say(stray)
     reason = rerun_reason(job_dir, config)
     if reason is None:
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
@@ -123,15 +130,21 @@ def _run_job(
     from harness.job.launch import launch_local
 
     JobDir(job_dir).clear_previous_attempt()
+    oom_kills_before = oom_kill_count()
     try:
         exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)
     except (KeyboardInterrupt, Interrupted) as e:
         name = e.signal_name if isinstance(e, Interrupted) else "SIGINT"
         _write_failure(cfg, job_dir, "interrupted", f"the runner was interrupted ({name})")
         raise Interrupted(name) from e
-    return JobOutcome(
-        decide_result(cfg, job_dir, exit_code=exit_code, timed_out=timed_out), True, job_dir
+    result = decide_result(
+        cfg,
+        job_dir,
+        exit_code=exit_code,
+        timed_out=timed_out,
+        oom_kills=oom_kills_since(oom_kills_before),
     )
+    return JobOutcome(result, True, job_dir)
 
 
 def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
@@ -142,24 +155,53 @@ def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
 
 
 def decide_result(
-    cfg: JobConfig, job_dir: Path, *, exit_code: int | None, timed_out: bool
+    cfg: JobConfig,
+    job_dir: Path,
+    *,
+    exit_code: int | None,
+    timed_out: bool,
+    oom_kills: int = 0,
 ) -> Result:
-    """The job's result from what its ranks left behind."""
+    """The job's result from what its ranks and their launcher left behind
+    (harness.jobdir.verdict words it, as for SLURM jobs). `exit_code` is the rank
+    launcher's (negative: the signal that killed it); `oom_kills` the kernel's OOM kills in
+    the job's cgroup while it ran."""
     outcomes = read_rank_outcomes(job_dir)
-    outcomes += unrecorded_failures(outcomes, read_rank_exits(job_dir))
-    cause = root_cause(outcomes, world_size=cfg.gpus)
-    if cause is None and finished_ok(job_dir):
-        return read_result(JobDir(job_dir).result)
+    exits = read_rank_exits(job_dir)
+    outcomes += unrecorded_failures(outcomes, exits)
+    wall_clock = None
     if timed_out:
-        reason = f"job exceeded job_timeout_s={cfg.job_timeout_s:g} and was killed"
-        if cause:
-            reason += f" ({cause[1]})"
-        return _write_failure(cfg, job_dir, "timeout", reason)
-    if cause is not None:
-        return _write_failure(cfg, job_dir, cause[0], cause[1])
+        wall_clock = wall_clock_error(cfg.job_timeout_s, "the runner ended it")
+    evidence = Evidence(
+        outcomes=outcomes,
+        world_size=cfg.gpus,
+        collective_timeout_s=cfg.collective_timeout_s,
+        wall_clock=wall_clock,
+        launcher_death=None if timed_out else launcher_death(exit_code, exits),
+        oom_kills=oom_kills,
+    )
+    decided = verdict(evidence)
+    if decided is None and finished_ok(job_dir):
+        return read_result(JobDir(job_dir).result)
+    if decided is not None:
+        return _write_failure(cfg, job_dir, *decided)
+    if disk_full(job_dir):  # nothing written, and no room to write: the likely cause
+        return _write_failure(cfg, job_dir, "failed", full_disk_error(job_dir))
     return _write_failure(
         cfg, job_dir, "failed", f"ranks exited (code {exit_code}) without writing a result"
     )
+
+
+def launcher_death(exit_code: int | None, exits: dict) -> str | None:
+    """How the ranks' launcher (the elastic agent) died under them, if a signal killed it:
+    its ranks then get SIGINT from torch and record a KeyboardInterrupt that is no cause."""
+    if exit_code is None or exit_code >= 0 or exits:
+        return None
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    return f"the ranks' launcher (python -m harness.job.launch) was killed ({name})"
 
 
 def describe(cfg: JobConfig) -> str:
@@ -170,6 +212,7 @@ def describe(cfg: JobConfig) -> str:
 
 
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:
+    remove_temporaries(job_dir)  # what its ranks' interrupted writers left (a full disk)
     result = make_result(status=status, config=asdict(cfg), error=error)
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands

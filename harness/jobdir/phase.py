@@ -23,7 +23,7 @@ def report_phase(job_dir: Path, rank: int, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)  # the reader never sees half a phase
     except OSError:
-        pass
+        tmp.unlink(missing_ok=True)  # a full disk keeps no half phase
 
 
 def read_phase(job_dir: Path) -> str | None:

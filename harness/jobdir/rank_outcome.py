@@ -26,6 +26,11 @@ _SECONDARY_MARKERS = (
 )
 
 
+# How an allocator says it ran out (lower case): CUDA's "out of memory", and the CPU
+# allocator's "DefaultCPUAllocator: can't allocate memory ... (Cannot allocate memory)".
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
+
+
 def classify(error: BaseException) -> str:
     """Map an exception to a result status: oom, timeout or failed.
 
@@ -33,10 +38,10 @@ def classify(error: BaseException) -> str:
     launchers and the report) never imports torch."""
     if any(c.__name__ in ("MemoryError", "OutOfMemoryError") for c in type(error).__mro__):
         return "oom"
-    text = str(error)
-    if "out of memory" in text.lower():
+    text = str(error).lower()
+    if any(marker in text for marker in _OOM_MARKERS):
         return "oom"
-    if "timed out" in text.lower() or "timeout" in type(error).__name__.lower():
+    if "timed out" in text or "timeout" in type(error).__name__.lower():
         return "timeout"
     return "failed"
 

@@ -38,6 +38,7 @@ RESULT_NEUTRAL_FIELDS = frozenset(
         "dry_run",
         "quiet",
         "verbose",
+        "allow_failures",
         "job_timeout_s",
         "collective_timeout_s",
         "device_spec",

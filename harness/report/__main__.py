@@ -29,7 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         parser.error("; ".join(refused))
     out_dir = args.out if args.out is not None else args.sweep_dirs[0] / "report"
-    path = build_report(args.sweep_dirs, out_dir)
+    try:
+        path = build_report(args.sweep_dirs, out_dir)
+    except OSError as e:  # a read-only sweep directory, a full disk
+        where = e.filename or out_dir
+        hint = "" if args.out is not None else " (by default it goes into the sweep directory)"
+        print(
+            f"error: cannot write the report to {out_dir}{hint}: {e.strerror} ({where}); "
+            "choose a writable output directory with -o <dir>",
+            file=sys.stderr,
+        )
+        return 2
     print(f"report written to {path}")
     return 0
 

@@ -225,8 +225,12 @@ def _write_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> tuple[Path, p
         df = collect_results(sweep_dir)
     out = Path(sweep_dir) / RESULTS_CSV
     tmp = out.with_name(f".{RESULTS_CSV}.tmp")
-    to_csv(df, tmp)
-    tmp.replace(out)  # a reader never sees a half-written table
+    try:
+        to_csv(df, tmp)
+        tmp.replace(out)  # a reader never sees a half-written table
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk keeps no half table
+        raise
     return out, df
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.jobdir.paths import RESULT_FILE
-from harness.jobdir.rank_outcome import RankOutcome, read_rank_outcomes, root_cause
+from harness.jobdir.rank_outcome import RankOutcome, read_rank_outcomes
 from harness.jobdir.result import (
     CorruptResultError,
     Result,
@@ -22,6 +22,7 @@ from harness.jobdir.result import (
     read_result,
     write_result,
 )
+from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
 
 # What submitit raises in rank 0 when SLURM's warning signal comes before the time limit.
 _WALL_CLOCK = "timed-out"
@@ -60,7 +61,7 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
     failed = [o for o in outcomes if not o.ok]
     missing = sorted(set(range(end.world_size)) - {o.rank for o in outcomes})
 
-    status, error = _verdict(state, end, failed, missing)
+    status, error = _verdict(state, end, outcomes, missing)
     if status is None:  # every rank ok and SLURM agrees
         if existing is not None:
             return existing, False
@@ -89,28 +90,21 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
 
 
 def _verdict(
-    state: str, end: JobEnd, failed: list[RankOutcome], missing: list[int]
+    state: str, end: JobEnd, outcomes: list[RankOutcome], missing: list[int]
 ) -> tuple[str | None, str | None]:
-    if state == "TIMEOUT" or any(_WALL_CLOCK in (o.error or "") for o in failed):
-        return "timeout", (
-            f"job exceeded its wall-clock limit job_timeout_s={end.job_timeout_s:g} "
-            f"(SLURM --time={end.time_limit_min} min, job {end.slurm_job_id})"
-        )
-    cause = root_cause(failed)
-    if cause is not None:
-        status, err = cause
-        root = err.split(":", 1)[0]
-        if status == "timeout" and missing:
-            err = (
-                f"collective timed out (collective_timeout_s={end.collective_timeout_s:g}) "
-                f"waiting for ranks {missing}; {err}"
-            )
-        others = sorted(o.rank for o in failed if f"rank {o.rank}" != root)
-        if others:
-            err += f" (also ended badly: ranks {others})"
-        if missing and status != "timeout":
-            err += f" (ended without an outcome: ranks {missing})"
-        return status, err
+    """The shared rule (harness.jobdir.verdict) on what SLURM adds: its time limit, its
+    memory kill, and the errors of tasks that never reached the harness."""
+    ended_by_limit = state == "TIMEOUT" or any(_WALL_CLOCK in (o.error or "") for o in outcomes)
+    how = f"SLURM --time={end.time_limit_min} min, job {end.slurm_job_id}"
+    evidence = Evidence(
+        outcomes=outcomes,
+        world_size=end.world_size,
+        collective_timeout_s=end.collective_timeout_s,
+        wall_clock=wall_clock_error(end.job_timeout_s, how) if ended_by_limit else None,
+    )
+    decided = verdict(evidence)
+    if decided is not None:
+        return decided
     if state == "OUT_OF_MEMORY":
         return "oom", f"SLURM killed job {end.slurm_job_id} for exceeding its memory"
     if missing:

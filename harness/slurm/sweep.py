@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
 from harness.job.launch import interrupts_deferred
+from harness.job.resume import rerun_reason
 from harness.job.run import Interrupted
 from harness.jobdir.paths import RESULT_FILE, JobDir
 from harness.jobdir.result import (
@@ -27,13 +28,13 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.result import finished_ok as _finished_ok
+from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
 from harness.slurm.outcome import JobEnd, decide
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
-SLURM_RECORD = "slurm.json"
 
 
 @dataclass(kw_only=True)
@@ -166,7 +167,8 @@ def _sbatch_parameters(
 
 
 def _set_aside_stale_result(job_dir: Path) -> None:
-    """A non-ok result.json of an earlier attempt must not pass for this attempt's verdict."""
+    """An earlier attempt's result.json (failed, or measured with another config) must not
+    pass for this attempt's verdict; it is kept beside it (JobDir.set_aside_result)."""
     JobDir(job_dir).set_aside_result()
     JobDir(job_dir).clear_previous_attempt()
 
@@ -180,6 +182,7 @@ def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
         {
             "job_id": str(sj.job_id),
             "state": state,
+            "config": job.config,  # what it was submitted with: a resume adopts only that
             "nodes": shape.nodes,
             "tasks_per_node": shape.tasks_per_node,
             "gpus_per_node": shape.gpus_per_node,
@@ -225,6 +228,8 @@ def launch_sweep(
         plan_job(hydra_context, config, params, initial_job_idx + i, ov)
         for i, ov in enumerate(job_overrides)
     ]
+    if bool(OmegaConf.select(config, "dry_run", default=False)):
+        return _dry_run(hydra_context, task_function, jobs, params)
 
     executor = submitit.SlurmExecutor(folder=params.submitit_folder, max_num_timeout=0)
     task = SlurmRankTask(hydra_context, task_function, config)
@@ -248,6 +253,29 @@ def launch_sweep(
     return [_job_return(job) for job in jobs]
 
 
+def _dry_run(
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    jobs: list[PlannedJob],
+    params: LauncherParams,
+) -> list[JobReturn]:
+    """No sbatch: each job's request is printed beside its checks and planner row."""
+    from harness.slurm.dry_run import dry_run_jobs, sbatch_request
+    from harness.sweep.callbacks import active_sweep
+
+    sweep = active_sweep()
+    say = sweep.console.say if sweep is not None else print
+    requests = [
+        (job.idx, job.sweep_config, sbatch_request(_sbatch_parameters(job, params)))
+        if job.refusal is None
+        else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
+        for job in jobs
+    ]
+    return dry_run_jobs(
+        hydra_context=hydra_context, task_function=task_function, jobs=requests, say=say
+    )
+
+
 def _submit(
     job: PlannedJob,
     executor: Any,
@@ -255,18 +283,29 @@ def _submit(
     params: LauncherParams,
     extra: dict[str, str] | None = None,
 ) -> None:
-    """Submit one planned job, or give it its row at once (already ok, refused, sbatch error)."""
+    """Submit one planned job, or give it its row at once (already ok, refused, sbatch error).
+
+    A stored result stands under the local launcher's rule (harness.job.resume): ok, and
+    measured with the config asked for now."""
     desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
-    if _finished_ok(job.job_dir):
+    if job.refusal is None and job.shape is not None:
+        world = job.shape.world_size
+        job.submitit_job = adopt(job.job_dir, job.config, world, executor.folder, desc)
+        if job.submitit_job is not None:
+            return
+    reason = rerun_reason(job.job_dir, job.config)
+    if reason is None:
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return
+    if reason != "no result yet":
+        log.warning(f"\t{desc}: rerunning: {reason}")
+    _set_aside_stale_result(job.job_dir)
     if job.refusal is not None:
         log.error(f"\t{desc}: refused before submission: {job.refusal}")
         job.result = make_result(status="invalid", config=job.config, error=job.refusal)
         write_result(job.job_dir, job.result)
         return
-    _set_aside_stale_result(job.job_dir)
     try:
         executor.update_parameters(**_sbatch_parameters(job, params, extra))
         job.submitit_job = executor.submit(
@@ -281,7 +320,7 @@ def _submit(
         return
     shape = job.shape
     assert shape is not None
-    _write_slurm_record(job, state="SUBMITTED")
+    _write_slurm_record(job, state=SUBMITTED)
     log.info(
         f"\t{desc}: SLURM job {job.submitit_job.job_id}, nodes={shape.nodes} "
         f"tasks_per_node={shape.tasks_per_node} gpus_per_node={shape.gpus_per_node}"

@@ -13,8 +13,17 @@ from omegaconf import DictConfig
 
 from harness.jobdir.result import Result
 from harness.sweep.console import Console
-from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
+from harness.sweep.dirlock import (
+    DirectoryLocked,
+    DirLock,
+    LockUnavailable,
+    acquire,
+    describe_holder,
+)
 from harness.sweep.order import alternate, checked_repeats
+
+# Exit statuses of `python -m harness`, a single run's and a sweep's alike.
+EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 @dataclass
@@ -28,33 +37,90 @@ class ActiveSweep:
     console: Console
     swept: frozenset[str] = frozenset()  # fields with more than one value in this sweep
     results: list[Result] = field(default_factory=list)  # one per job, in order
+    allow_failures: bool = False  # a drill: jobs that are not ok do not fail the sweep
+    exit_code: int = 0  # set by finish: EXIT_FAILED when a job is not ok (and not allowed)
+    not_ok: int = 0  # set by finish: jobs whose status is not ok
+    finished: bool = False  # finish has run (once is enough)
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
-        release the lock."""
+        release the lock. Never raises for a table it cannot write (a full disk): the
+        summary says so and the exit status fails."""
+        self.finished = True
         try:
             if self.dry_run:
                 self._remove_dry_run_traces()
-                self.console.summary(sweep_dir=self.sweep_dir, results_csv=None)
+                self._judge(self._seen())
+                self.console.summary(
+                    sweep_dir=self.sweep_dir, results_csv=None, verdict=self._verdict()
+                )
                 return None
-            from harness.results.table import collect_results, write_results_csv
-            from harness.results.timelines import draw_sweep_timelines
-
-            df = collect_results(self.sweep_dir)
-            path = write_results_csv(self.sweep_dir, df)
-            pictures = draw_sweep_timelines(self.sweep_dir, df)
-            statuses = list(df["status"]) if "status" in df else []
+            path, pictures, statuses, problem = self._write_tables()
+            self._judge(self._seen() or [(status, False) for status in statuses])
+            if problem is not None:  # the sweep's own record is incomplete
+                self.exit_code = EXIT_FAILED
+            verdict = None if interrupted else self._verdict()
+            lines = [line for line in (problem, verdict) if line]
             self.console.summary(
                 sweep_dir=self.sweep_dir,
                 results_csv=path,
-                timelines=len(pictures),
+                timelines=pictures,
                 statuses=statuses,  # jobs that ran elsewhere (SLURM) are only on disk
                 interrupted=interrupted,
+                verdict="\n".join(lines) or None,
             )
             return path
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+    def _write_tables(self) -> tuple[Path | None, int, list[str], str | None]:
+        """(results.csv, timelines drawn, job statuses on disk, what could not be written)."""
+        from harness.job.failure import describe_error
+        from harness.results.table import collect_results, write_results_csv
+        from harness.results.timelines import draw_sweep_timelines
+
+        try:
+            df = collect_results(self.sweep_dir)
+            statuses = list(df["status"]) if "status" in df else []
+            path = write_results_csv(self.sweep_dir, df)
+        except Exception as e:
+            _, why = describe_error(e, self.sweep_dir)
+            return None, 0, [], f"results.csv not written: {why}"
+        try:
+            pictures = len(draw_sweep_timelines(self.sweep_dir, df))
+        except Exception as e:
+            _, why = describe_error(e, self.sweep_dir)
+            return path, 0, statuses, f"timelines not drawn: {why}"
+        return path, pictures, statuses, None
+
+    def _seen(self) -> list[tuple[str, bool]]:
+        """(status, allow_failures of its config) of each job this process saw end."""
+        return [
+            (r.status, bool(r.config.get("allow_failures"))) for _, r, _ in self.console.finished
+        ]
+
+    def _judge(self, jobs: list[tuple[str, bool]]) -> None:
+        """The sweep's exit status, as pytest's: non-zero when a job is not ok, unless the
+        sweep or that job's own config (a drill) says allow_failures=true."""
+        self.not_ok = sum(status != "ok" for status, _ in jobs)
+        failing = [s for s, allowed in jobs if s != "ok" and not (allowed or self.allow_failures)]
+        if not failing:
+            self.exit_code = 0
+        else:
+            self.exit_code = EXIT_INVALID if set(failing) == {"invalid"} else EXIT_FAILED
+
+    def _verdict(self) -> str | None:
+        """The summary's line on the exit status, when jobs were not ok."""
+        n = self.not_ok
+        if not n:
+            return None
+        jobs = "1 job is" if n == 1 else f"{n} jobs are"
+        if self.exit_code == 0:
+            return f"exit status 0: {jobs} not ok, allowed by allow_failures=true"
+        return (
+            f"exit status {self.exit_code}: {jobs} not ok (allow_failures=true lets a drill exit 0)"
+        )
 
     def _remove_dry_run_traces(self) -> None:
         """Hydra makes the sweep directory and its multirun.yaml even for a dry run."""
@@ -67,10 +133,16 @@ class ActiveSweep:
 
 
 _active: ActiveSweep | None = None
+_exit_code = 0  # of the last sweep this process finished
 
 
 def active_sweep() -> ActiveSweep | None:
     return _active
+
+
+def exit_code() -> int:
+    """The exit status the last finished sweep asks for (0 when none ran)."""
+    return _exit_code
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, frozenset[str]]:
@@ -111,9 +183,9 @@ class AggregateResults(Callback):
         if not dry_run:  # a dry run writes nothing, so it needs no lock
             try:
                 lock = acquire(sweep_dir, what="sweep directory")
-            except DirectoryLocked as e:
-                print(f"[harness] refused: {e}", file=sys.stderr)
-                sys.exit(3)
+            except (DirectoryLocked, LockUnavailable) as e:  # a SystemExit passes Hydra's
+                print(f"[harness] refused: {e}", file=sys.stderr)  # catch of callback errors
+                sys.exit(EXIT_LOCKED)
             if lock.taken_over:
                 print(
                     f"[harness] warning: taking over {sweep_dir} from "
@@ -126,9 +198,11 @@ class AggregateResults(Callback):
         total, swept = sweep_plan(config)
         console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
         _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept)
+        _active.allow_failures = bool(config.get("allow_failures", False))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        global _active
+        global _active, _exit_code
         if _active is not None:
             _active.finish()
+            _exit_code = _active.exit_code
         _active = None

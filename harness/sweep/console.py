@@ -12,6 +12,7 @@ would need this same code to stay one line per job.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -79,6 +80,48 @@ def short_path(path: Path) -> str:
         return str(path)
 
 
+class _Unbreakable:
+    """A text stream whose reader may go away (`python -m harness -m ... | head -1`, a
+    closed terminal): the first failed write silences it for good instead of ending the
+    sweep."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):  # a closed pipe or terminal; a closed stream
+                self._silence()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._silence()
+
+    def _silence(self) -> None:
+        """Point the stream's descriptor at /dev/null: what is still buffered in it, and
+        Python's own flush at exit, then meet no broken pipe either."""
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 class Console:
     """Progress of one sweep (total known) or one job (total None) on `stream`."""
 
@@ -90,7 +133,7 @@ class Console:
         verbose: bool = False,
         stream: TextIO | None = None,
     ) -> None:
-        self.stream = stream or sys.stdout
+        self.stream: Any = _Unbreakable(stream or sys.stdout)  # never ends a sweep
         self.total = total
         self.quiet = quiet
         self.verbose = verbose
@@ -108,6 +151,10 @@ class Console:
     def _write(self, text: str) -> None:
         self._clear_live()
         print(text, file=self.stream, flush=True)
+
+    def line(self, text: str) -> None:
+        """One plain line (a single run's closing `result: <path>`)."""
+        self._write(text)
 
     def say(self, text: str) -> None:
         """A remark about the job about to run (a rerun's reason); not when quiet."""
@@ -207,6 +254,7 @@ class Console:
         timelines: int = 0,
         statuses: list[str] | None = None,
         interrupted: str | None = None,
+        verdict: str | None = None,
     ) -> None:
         """Printed quiet or not: jobs by status, failures, where the results are, what next.
 
@@ -239,5 +287,7 @@ class Console:
             if timelines:
                 lines.append(f"timelines: {timelines} in {short_path(sweep_dir / 'timelines')}")
             lines.append(f"report:    python -m harness.report {short_path(sweep_dir)}")
+        if verdict:
+            lines.append(verdict)
         for line in lines:
             print(line, file=self.stream, flush=True)

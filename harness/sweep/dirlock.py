@@ -23,6 +23,11 @@ class DirectoryLocked(RuntimeError):
     """Another live runner holds the directory; the message names it."""
 
 
+class LockUnavailable(RuntimeError):
+    """The directory or its lock file cannot be created or opened (not writable, another
+    user's lock file): the runner cannot know who else writes there, so it must not run."""
+
+
 class DirLock:
     """Held from `acquire` until `release` (or until this process exits)."""
 
@@ -56,11 +61,29 @@ def describe_holder(record: dict[str, Any] | None) -> str:
     return f"PID {record.get('pid')} on host {record.get('host')} (since {since})"
 
 
+def _unavailable(directory: Path, what: str, error: OSError) -> str:
+    lock = directory / LOCK_FILE
+    if isinstance(error, PermissionError) and lock.exists() and os.access(directory, os.W_OK):
+        return (
+            f"cannot open the lock file {lock} ({error.strerror}): another user's runner "
+            f"made it, so it may be writing in this {what}; choose another directory "
+            f"(hydra.sweep.dir=... / hydra.run.dir=...), or have its owner remove it"
+        )
+    return (
+        f"{what} {directory} is not writable ({error.strerror}); choose another directory "
+        f"(hydra.sweep.dir=... / hydra.run.dir=...)"
+    )
+
+
 def acquire(directory: Path, *, what: str = "directory") -> DirLock:
-    """Lock `directory` (created if needed) or raise DirectoryLocked naming the holder."""
+    """Lock `directory` (created if needed) or raise DirectoryLocked naming the holder, or
+    LockUnavailable when it cannot be locked at all."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise LockUnavailable(_unavailable(directory, what, e)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

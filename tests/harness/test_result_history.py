@@ -1,0 +1,31 @@
+"""Reruns set results aside and never lose one (issue 30, M9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.jobdir.paths import JobDir
+from harness.jobdir.result import make_result, read_result, write_result
+
+
+def test_an_ok_result_survives_two_failed_reruns(tmp_path: Path) -> None:
+    job = JobDir(tmp_path)
+    write_result(tmp_path, make_result(status="ok", config={"lr": 1}, metrics={"mfu": 0.5}))
+    for attempt in ("failed", "timeout"):
+        job.set_aside_result()  # what a rerun does before it runs
+        write_result(tmp_path, make_result(status=attempt, config={"lr": 1}, error=attempt))
+    job.set_aside_result()
+    kept = {p.name: read_result(p).status for p in tmp_path.glob("result.previous*.json")}
+    assert sorted(kept.values()) == ["failed", "ok", "timeout"], kept  # none overwritten
+    assert [read_result(p).status for p in job.previous_results()] == ["ok", "failed", "timeout"]
+    assert read_result(job.previous_results()[0]).metrics.mfu == 0.5
+    assert not job.result.exists()
+
+
+def test_a_one_slot_previous_result_of_an_older_version_is_kept(tmp_path: Path) -> None:
+    job = JobDir(tmp_path)
+    write_result(tmp_path, make_result(status="ok", config={}))
+    job.result.rename(job.previous_result)  # result.previous.json, as older versions left it
+    write_result(tmp_path, make_result(status="failed", config={}, error="x"))
+    assert job.set_aside_result() == tmp_path / "result.previous.2.json"
+    assert [read_result(p).status for p in job.previous_results()] == ["ok", "failed"]
