@@ -39,7 +39,9 @@ def test_the_readme_sweeps_every_shipped_config() -> None:
 @pytest.mark.parametrize("command", readme_hf_sweeps(), ids=lambda c: c[1].split("/")[-1])
 def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path) -> None:
     args = [a for a in command if not a.startswith("hydra.sweep.dir=")]
-    proc = run_module("harness", *args, f"hydra.sweep.dir={tmp_path}", "dry_run=true", timeout=300)
+    # allow_failures: a GPU sweep's jobs may be refused by this machine alone (checked below)
+    proc = run_module("harness", *args, f"hydra.sweep.dir={tmp_path}", "dry_run=true",
+                      "allow_failures=true", timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     done = re.search(r"dry run done: (\d+) jobs in ", proc.stdout)
     jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]

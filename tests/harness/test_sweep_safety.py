@@ -51,9 +51,11 @@ def test_every_swept_field_gets_its_own_job_directory_and_a_dry_run_writes_nothi
     tmp_path: Path,
 ) -> None:
     sweep = tmp_path / "sweep"
+    # the a100 jobs are refused by this CPU machine (a dry run checks what the run would)
     proc = run_harness(
-        "harness", "-m", "hardware=cpu,a100_80gb", "dry_run=true", f"hydra.sweep.dir={sweep}"
-    )
+        "harness", "-m", "hardware=cpu,a100_80gb", "dry_run=true", "allow_failures=true",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     dirs = [
         line.split(" -> ")[1].split(" [")[0] for line in proc.stdout.splitlines() if " -> " in line
