@@ -30,6 +30,12 @@ def _fsdp2() -> type[Engine]:
     return FSDP2Engine
 
 
+def _deepspeed() -> type[Engine]:
+    from harness.engines.deepspeed import DeepSpeedEngine
+
+    return DeepSpeedEngine
+
+
 def _local() -> type[Engine]:
     from harness.engines.local import LocalEngine
 
@@ -41,6 +47,7 @@ ADAPTERS: dict[str, Callable[[], type[Engine]]] = {
     "yafsdp": _yafsdp,
     "fsdp1": _fsdp1,
     "fsdp2": _fsdp2,
+    "deepspeed": _deepspeed,
     "local": _local,
 }
 

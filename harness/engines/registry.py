@@ -68,6 +68,13 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         options={"async_unshard": True},
     ),
     EngineSpec(
+        label="deepspeed",
+        name="deepspeed",
+        title="DeepSpeed ZeRO-3 (one block per fetch unit, norm weights persistent, "
+        "DeepSpeed's default prefetch and buckets, fp32 reduce)",
+        baseline=True,
+    ),
+    EngineSpec(
         label=REFERENCE,
         name="local",
         title="unsharded reference (whole model per rank, fp32 gradient all-reduce)",

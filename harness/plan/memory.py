@@ -388,6 +388,14 @@ def _fsdp2(case: MemoryCase, *, tuned: bool) -> EngineMemory:
                  head_kept=True, forward_ahead=ahead, fsdp2=True)  # fmt: skip
 
 
+def deepspeed_memory(case: MemoryCase) -> EngineMemory:
+    """DeepSpeed ZeRO-3, starting from tuned FSDP2's model (the closest: a block per fetch
+    unit, per-parameter gradients, one unit fetched ahead by its prefetch). Not modelled
+    yet: its persistent norm weights (small) and its gradient bucket (`reduce_bucket_size`,
+    5e8 elements by default, which holds every gradient of a model that small)."""
+    return _fsdp2(case, tuned=True)
+
+
 def local_memory(case: MemoryCase) -> EngineMemory:
     shape = shape_of(case.model)
     n, p = shape.num_params(), DTYPE_BYTES[case.dtype]
@@ -416,5 +424,6 @@ MEMORY_MODELS: dict[str, Callable[[MemoryCase], EngineMemory]] = {
     "fsdp1": fsdp1_memory,
     "fsdp2": fsdp2_memory,
     "fsdp2_tuned": fsdp2_tuned_memory,
+    "deepspeed": deepspeed_memory,
     "local": local_memory,
 }

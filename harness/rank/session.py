@@ -44,7 +44,7 @@ def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
     """
     buffers = snapshot_buffers(model)
     wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)
-    restore_buffers(wrapped.module, buffers, ctx.device)
+    restore_buffers(wrapped.unwrapped or wrapped.module, buffers, ctx.device)
     return wrapped
 
 
@@ -72,6 +72,9 @@ def engine_context(
         seed=cfg.seed,
         cfg=cfg.engine,
         memory_budget_bytes=budget,
+        lr=cfg.lr,
+        adamw_impl=cfg.adamw_impl,
+        clip_grad_norm=cfg.clip_grad_norm,
     )
 
 
@@ -114,7 +117,9 @@ class Session:
         checkpoint_first_layers(decoder_parts(model).layers, cfg.ckpt_layers)
         ctx = engine_context(cfg, rank, world_size, device, planned_budget=planned_budget)
         wrapped = wrap(model, ctx)
-        optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
+        optimizer = wrapped.optimizer
+        if optimizer is None:  # an engine that owns its step brings its own
+            optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
         return cls(
             cfg=cfg,
             rank=rank,
