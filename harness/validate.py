@@ -85,6 +85,7 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
             f"engine.memory_budget_gb is yafsdp's buffer-plan budget, not {cfg.engine.name}'s; "
             "drop it, or use engine=yafsdp"
         )
+    errors += _new_engine_errors(cfg)
     for field, value in (("dtype", cfg.dtype), ("engine.reduce_dtype", cfg.engine.reduce_dtype)):
         if value not in DTYPES:
             errors.append(f"{field}={value!r} is unknown; choose one of: {', '.join(DTYPES)}")
@@ -209,4 +210,18 @@ def unknown_field_errors(values: dict[str, Any], schema: type = JobConfig) -> li
         elif isinstance(value, dict) and dataclasses.is_dataclass(field.default_factory):
             nested = unknown_field_errors(value, field.default_factory)
             errors += [f"{key}.{e}" for e in nested]
+    return errors
+
+
+def _new_engine_errors(cfg: JobConfig) -> list[str]:
+    """Compiled blocks need a warm-up step to absorb the compile; DeepSpeed runs bf16 or
+    fp32 here (its fp16 needs a loss scaler the harness does not set up)."""
+    errors = []
+    if cfg.engine.compile_blocks and cfg.warmup_steps < 1:
+        errors.append(
+            "engine.compile_blocks=true compiles in the first step, which must not be timed: "
+            "set warmup_steps to 1 or more"
+        )
+    if cfg.engine.name == "deepspeed" and cfg.dtype == "fp16":
+        errors.append("engine=deepspeed runs dtype=bf16 or fp32 here, not fp16; choose one")
     return errors

@@ -47,6 +47,15 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         baseline=False,
     ),
     EngineSpec(
+        label="yafsdp_compile",
+        name="yafsdp",
+        title="YaFSDP with each block's forward compiled (compared with `fsdp2_compile`, so "
+        "that no comparison compiles one side only)",
+        # Compared against yafsdp too: what compiling gains the engine itself.
+        baseline=True,
+        options={"compile_blocks": True},
+    ),
+    EngineSpec(
         label="fsdp1",
         name="fsdp1",
         title="FSDP1 (the published baseline: FULL_SHARD, BACKWARD_PRE, forward_prefetch, "
@@ -66,6 +75,14 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         title="tuned FSDP2 (torchtitan grouping plus asynchronous unshard and explicit prefetch)",
         baseline=True,
         options={"async_unshard": True},
+    ),
+    EngineSpec(
+        label="fsdp2_compile",
+        name="fsdp2",
+        title="FSDP2 with each block compiled (torchtitan's usual setting: `torch.compile` "
+        "per block before `fully_shard`)",
+        baseline=True,
+        options={"compile_blocks": True},
     ),
     EngineSpec(
         label="deepspeed",

@@ -424,6 +424,9 @@ MEMORY_MODELS: dict[str, Callable[[MemoryCase], EngineMemory]] = {
     "fsdp1": fsdp1_memory,
     "fsdp2": fsdp2_memory,
     "fsdp2_tuned": fsdp2_tuned_memory,
+    # Compiled blocks hold what the uncompiled ones do (activations are measured eagerly).
+    "fsdp2_compile": fsdp2_memory,
+    "yafsdp_compile": yafsdp_memory,
     "deepspeed": deepspeed_memory,
     "local": local_memory,
 }

@@ -177,6 +177,9 @@ SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = 
     "fsdp1": fsdp1_schedule,
     "fsdp2": fsdp2_schedule,
     "fsdp2_tuned": fsdp2_schedule,
+    # Compiled blocks are scheduled as eager ones: the kernels' fusion is not modelled.
+    "fsdp2_compile": fsdp2_schedule,
+    "yafsdp_compile": yafsdp_schedule,
     "deepspeed": deepspeed_schedule,
     "local": local_schedule,
 }

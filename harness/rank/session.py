@@ -91,6 +91,7 @@ class Session:
     wrapped: Wrapped
     optimizer: torch.optim.Optimizer
     model_settings: dict[str, str]
+    compiled: str | None = None  # how the blocks were compiled; None: not compiled
 
     @classmethod
     def build(
@@ -115,6 +116,11 @@ class Session:
         own_settings = model_settings(model)  # before an engine renames its class
         # Checkpoint the block, then shard it: one place, the same for every engine.
         checkpoint_first_layers(decoder_parts(model).layers, cfg.ckpt_layers)
+        compiled = None
+        if cfg.engine.compile_blocks:  # after checkpointing, before sharding
+            from harness.engines.compile_blocks import compile_blocks
+
+            compiled = compile_blocks(decoder_parts(model).layers, cfg.engine.name)
         ctx = engine_context(cfg, rank, world_size, device, planned_budget=planned_budget)
         wrapped = wrap(model, ctx)
         optimizer = wrapped.optimizer
@@ -130,6 +136,7 @@ class Session:
             wrapped=wrapped,
             optimizer=optimizer,
             model_settings=own_settings,
+            compiled=compiled,
         )
 
     def batch(self, step: int, micro: int) -> Batch:
@@ -178,5 +185,11 @@ class Session:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The model's implementation and the engine's effective settings, flat."""
-        return {**self.model_settings, **self.wrapped.settings}
+        """The model's implementation and the engine's effective settings, flat; with
+        compiled blocks, how, and the graph breaks and compile time of the steps so far."""
+        settings = {**self.model_settings, **self.wrapped.settings}
+        if self.compiled is not None:
+            from harness.engines.compile_blocks import compile_stats
+
+            settings |= {"compile_blocks": self.compiled, **compile_stats()}
+        return settings

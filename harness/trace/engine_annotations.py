@@ -51,6 +51,8 @@ GRAMMARS: dict[str, Callable[[str], tuple[str, str] | None]] = {
     "fsdp1": fsdp1,
     "fsdp2": fsdp2,
     "fsdp2_tuned": fsdp2,
+    "fsdp2_compile": fsdp2,
+    "yafsdp_compile": yafsdp,
     "deepspeed": deepspeed,
     "local": unannotated,
 }

@@ -31,7 +31,7 @@ def test_every_engine_config_matches_the_registry() -> None:
 
 def test_registry_orders_yafsdp_first_and_names_the_baselines() -> None:
     assert list(ENGINES)[0] == YAFSDP
-    assert BASELINES == ("fsdp1", "fsdp2", "fsdp2_tuned", "deepspeed")
+    assert BASELINES == ("yafsdp_compile", "fsdp1", "fsdp2", "fsdp2_tuned", "fsdp2_compile", "deepspeed")
     assert REFERENCE in ENGINES and not ENGINES[REFERENCE].baseline
 
 
