@@ -222,6 +222,22 @@ def _new_engine_errors(cfg: JobConfig) -> list[str]:
             "engine.compile_blocks=true compiles in the first step, which must not be timed: "
             "set warmup_steps to 1 or more"
         )
+    if cfg.engine.name == "ya_fsdp":
+        errors += _ya_fsdp_errors(cfg)
     if cfg.engine.name == "deepspeed" and cfg.dtype == "fp16":
         errors.append("engine=deepspeed runs dtype=bf16 or fp32 here, not fp16; choose one")
+    return errors
+
+
+def _ya_fsdp_errors(cfg: JobConfig) -> list[str]:
+    from harness.engines.ya_fsdp import INSTALL, available
+
+    errors = []
+    if not available():
+        errors.append(f"engine=ya_fsdp needs the upstream library: {INSTALL}")
+    if cfg.adamw_impl == "for-loop":
+        errors.append(
+            "engine=ya_fsdp cannot run adamw_impl=for-loop (its tensor class has no lerp_); "
+            "use fused or foreach"
+        )
     return errors

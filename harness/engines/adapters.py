@@ -36,6 +36,12 @@ def _deepspeed() -> type[Engine]:
     return DeepSpeedEngine
 
 
+def _ya_fsdp() -> type[Engine]:
+    from harness.engines.ya_fsdp import YaFSDPUpstreamEngine
+
+    return YaFSDPUpstreamEngine
+
+
 def _local() -> type[Engine]:
     from harness.engines.local import LocalEngine
 
@@ -48,6 +54,7 @@ ADAPTERS: dict[str, Callable[[], type[Engine]]] = {
     "fsdp1": _fsdp1,
     "fsdp2": _fsdp2,
     "deepspeed": _deepspeed,
+    "ya_fsdp": _ya_fsdp,
     "local": _local,
 }
 

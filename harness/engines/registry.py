@@ -92,6 +92,13 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         baseline=True,
     ),
     EngineSpec(
+        label="ya_fsdp",
+        name="ya_fsdp",
+        title="upstream YaFSDP (`ya_fsdp.fully_shard` from yandex/YaFSDP, grouped as "
+        "torchtitan groups FSDP2; runs where the user installed it)",
+        baseline=True,
+    ),
+    EngineSpec(
         label=REFERENCE,
         name="local",
         title="unsharded reference (whole model per rank, fp32 gradient all-reduce)",

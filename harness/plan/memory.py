@@ -396,6 +396,13 @@ def deepspeed_memory(case: MemoryCase) -> EngineMemory:
     return _fsdp2(case, tuned=True)
 
 
+def ya_fsdp_memory(case: MemoryCase) -> EngineMemory:
+    """Upstream YaFSDP, starting from FSDP2's model (its grouping is FSDP2's). Not modelled
+    yet: its two gather buffers shared by all groups, which cap the unsharded weights at
+    two groups' worth however many are in flight."""
+    return _fsdp2(case, tuned=False)
+
+
 def local_memory(case: MemoryCase) -> EngineMemory:
     shape = shape_of(case.model)
     n, p = shape.num_params(), DTYPE_BYTES[case.dtype]
@@ -428,5 +435,6 @@ MEMORY_MODELS: dict[str, Callable[[MemoryCase], EngineMemory]] = {
     "fsdp2_compile": fsdp2_memory,
     "yafsdp_compile": yafsdp_memory,
     "deepspeed": deepspeed_memory,
+    "ya_fsdp": ya_fsdp_memory,
     "local": local_memory,
 }

@@ -181,6 +181,8 @@ SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = 
     "fsdp2_compile": fsdp2_schedule,
     "yafsdp_compile": yafsdp_schedule,
     "deepspeed": deepspeed_schedule,
+    # upstream YaFSDP groups as FSDP2 does; its own ordering is not modelled yet
+    "ya_fsdp": fsdp2_schedule,
     "local": local_schedule,
 }
 

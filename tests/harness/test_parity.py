@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from harness.config import JobConfig
-from harness.engines.registry import ENGINES, REFERENCE
+from harness.engines.registry import REFERENCE
 from tests.distributed import run_on_ranks
-from tests.harness.training import short_job, train_jobs
+from tests.harness.training import shared_test_engines, short_job, train_jobs
 
 STEPS = 3
 # Below llama_tiny's gradient norm at these settings, so clipping changes every update
@@ -24,9 +24,7 @@ CLIP = 0.5
 # and norms within 1e-2 on llama_tiny. A missed or doubled reduction, a wrong scale or a
 # skipped clip moves them by far more (the norms by a factor of ranks, the loss visibly).
 RTOL = {"fp32": {"loss": 1e-5, "grad_norm": 1e-5}, "bf16": {"loss": 1e-3, "grad_norm": 1e-2}}
-# Compiled variants cost 30-70 s of compiling per job on CPU: they have their own, smaller
-# test (tests/harness/test_compile_blocks.py).
-EAGER = [label for label, spec in ENGINES.items() if not spec.options.get("compile_blocks")]
+EAGER = shared_test_engines()
 
 
 def _config(label: str, dtype: str, ckpt_layers: int, world_size: int) -> JobConfig:
