@@ -4,7 +4,7 @@
 | --- | --- | --- |
 | stage | 3 (parameters, gradients and optimizer state partitioned) | DeepSpeed ZeRO-3 |
 | fetch units | each transformer block is one ZeRO-3 leaf (`set_z3_leaf_modules` on the block class): its parameters are fetched together on entering it; the embedding and the output projection are fetched as modules of their own | DeepSpeed's advice for fine-grained modules (`deepspeed.utils.set_z3_leaf_modules`), as HF/accelerate users set it for decoder layers |
-| stage3_param_persistence_threshold | the largest norm weight's element count (the model's dim): exactly the norm weights stay resident, nothing else | yafsdp's resident unit (norm weights gathered once per step), the same rule in DeepSpeed's terms |
+| stage3_param_persistence_threshold | the largest norm weight's element count (the model's dim): the norm weights stay resident, and with them any parameter as small (DeepSpeed's rule is by size: Qwen2's attention biases; Llama has none), counted in the settings | yafsdp's resident unit (norm weights gathered once per step), the same rule in DeepSpeed's terms |
 | prefetch and buckets | DeepSpeed's defaults, each recorded as the engine ran them (`stage3_prefetch_bucket_size`, `stage3_max_live_parameters`, `stage3_max_reuse_distance`, `reduce_bucket_size`, `overlap_comm`, `contiguous_gradients`) | `deepspeed.runtime.zero.config.DeepSpeedZeroConfig` |
 | materialisation | the meta model is materialised one module at a time, each converted at once with `zero.Init(module=...)`, so no rank holds more than one module unpartitioned (`zero.Init` on the whole meta model fails) | `deepspeed.zero.Init(module=...)` |
 | precision | bf16 jobs: `bf16.enabled` (bf16 weights, fp32 master partitions in the optimizer); fp32 jobs: fp32 throughout | DeepSpeed's bf16 mode |
@@ -43,20 +43,17 @@ def import_deepspeed() -> Any:
     return deepspeed
 
 
-def persistence_threshold(model: nn.Module) -> int:
-    """yafsdp's resident unit in DeepSpeed's terms: the largest norm weight's size, so that
-    exactly the norm weights persist. Refused where another parameter is that small."""
+def persistence_threshold(model: nn.Module) -> tuple[int, list[str]]:
+    """yafsdp's resident unit in DeepSpeed's terms: the largest norm weight's size, so the
+    norm weights persist; and the other parameters that small, which persist with them
+    (DeepSpeed's rule is by size, not type: Qwen2's attention biases, for one)."""
     parts = decoder_parts(model)
     norms = {id(p) for m in model.modules() if isinstance(m, type(parts.norm))
              for p in m.parameters(recurse=False)}  # fmt: skip
     threshold = max(p.numel() for p in model.parameters() if id(p) in norms)
-    small = [
-        n for n, p in model.named_parameters() if id(p) not in norms and p.numel() <= threshold
-    ]
-    if small:
-        raise ValueError(f"engine=deepspeed: {small} are no larger than a norm weight, so "
-                         "stage3_param_persistence_threshold cannot keep only the norms resident")  # fmt: skip
-    return threshold
+    also = [canonical_module_name(n) for n, p in model.named_parameters()
+            if id(p) not in norms and p.numel() <= threshold]  # fmt: skip
+    return threshold, also
 
 
 def ds_config(ctx: RunContext, threshold: int) -> dict[str, Any]:
@@ -125,7 +122,7 @@ class DeepSpeedEngine:
         from harness.rank.train_step import build_optimizer
 
         parts = decoder_parts(model)
-        threshold = persistence_threshold(model)
+        threshold, also_resident = persistence_threshold(model)
         config = ds_config(ctx, threshold)
         # Each block (its checkpoint wrapper where it has one) is one fetch unit.
         names = {module: name for name, module in model.named_modules()}
@@ -137,10 +134,11 @@ class DeepSpeedEngine:
         )
         seed_fp32_masters(ds_optimizer, model, ctx)
         add_profiler_ranges(engine, model)
-        return _wrapped(engine, ds_optimizer, ctx, threshold)
+        settings = _settings(engine, ctx, threshold, also_resident)
+        return _wrapped(engine, ds_optimizer, ctx, settings)
 
 
-def _wrapped(engine: Any, ds_optimizer: Any, ctx: RunContext, threshold: int) -> Wrapped:
+def _wrapped(engine: Any, ds_optimizer: Any, ctx: RunContext, settings: dict[str, Any]) -> Wrapped:
     micro = [0]
 
     def backward(loss: torch.Tensor) -> None:
@@ -166,7 +164,7 @@ def _wrapped(engine: Any, ds_optimizer: Any, ctx: RunContext, threshold: int) ->
         step=step,
         optimizer=ds_optimizer,
         unwrapped=engine.module,
-        settings=_settings(engine, ctx, threshold),
+        settings=settings,
     )
 
 
@@ -174,7 +172,9 @@ def _no_separate_clip(max_norm: float) -> torch.Tensor:
     raise RuntimeError("engine=deepspeed clips inside its own step (Wrapped.step)")
 
 
-def _settings(engine: Any, ctx: RunContext, threshold: int) -> dict[str, Any]:
+def _settings(
+    engine: Any, ctx: RunContext, threshold: int, also_resident: list[str]
+) -> dict[str, Any]:
     zero = engine._config.zero_config  # the effective DeepSpeedZeroConfig
     leaves = [canonical_module_name(n) for n, m in engine.module.named_modules()
               if getattr(m, "_z3_leaf", False)]  # fmt: skip
@@ -183,6 +183,8 @@ def _settings(engine: Any, ctx: RunContext, threshold: int) -> dict[str, Any]:
         "z3_leaf_modules": f"{len(leaves)} transformer blocks ({leaves[0]}..{leaves[-1]})",
         "stage3_param_persistence_threshold": f"{threshold} (the norm weights: yafsdp's "
         "resident-unit rule)",
+        "also_resident": f"{len(also_resident)} parameters no larger than a norm weight"
+        + (f" ({also_resident[0]}, ...)" if also_resident else ""),
         **{f"default {k}": getattr(zero, k) for k in DEFAULTS_RECORDED},
         "param_dtype": dtype_name(ctx.param_dtype),
         "reduce_dtype": dtype_name(engine.communication_data_type),
