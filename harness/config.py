@@ -37,6 +37,9 @@ class EngineConfig:
     # yafsdp only: the memory its own tensors may take, in GiB, for its buffer plan; 0: the
     # device's memory less what the planner predicts the rest of the step holds.
     memory_budget_gb: float = 0.0
+    # Compile each transformer block (after checkpoint wrapping, before sharding), as
+    # torchtitan does; `harness.engines.compile_blocks`.
+    compile_blocks: bool = False
 
 
 @dataclass(kw_only=True)

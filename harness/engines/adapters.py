@@ -30,6 +30,18 @@ def _fsdp2() -> type[Engine]:
     return FSDP2Engine
 
 
+def _deepspeed() -> type[Engine]:
+    from harness.engines.deepspeed import DeepSpeedEngine
+
+    return DeepSpeedEngine
+
+
+def _ya_fsdp() -> type[Engine]:
+    from harness.engines.ya_fsdp import YaFSDPUpstreamEngine
+
+    return YaFSDPUpstreamEngine
+
+
 def _local() -> type[Engine]:
     from harness.engines.local import LocalEngine
 
@@ -41,6 +53,8 @@ ADAPTERS: dict[str, Callable[[], type[Engine]]] = {
     "yafsdp": _yafsdp,
     "fsdp1": _fsdp1,
     "fsdp2": _fsdp2,
+    "deepspeed": _deepspeed,
+    "ya_fsdp": _ya_fsdp,
     "local": _local,
 }
 

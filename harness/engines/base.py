@@ -35,6 +35,11 @@ class RunContext:
     cfg: EngineConfig
     # yafsdp: the memory budget for its buffer plan (`YaFSDP(memory_budget_bytes=...)`)
     memory_budget_bytes: int | None = None
+    # For an engine that builds its own optimizer and step (deepspeed): the job's lr,
+    # AdamW implementation and clip (0: off).
+    lr: float = 3e-4
+    adamw_impl: str = "fused"
+    clip_grad_norm: float = 1.0
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -59,6 +64,11 @@ class Wrapped:
     `loss_scale` lets an engine that divides once at the end (yafsdp: by P x accumulation)
     and one that averages over ranks per reduction (FSDP: loss_scale = 1 / grad_accum)
     produce the same gradients.
+
+    An engine that owns its optimizer step (DeepSpeed) sets `backward` (called with the
+    scaled loss in place of `.backward()`), `step` (in place of clipping, the optimizer
+    step, zero_grad and `after_step`; returns the norm before clipping, None when clipping
+    is off) and `optimizer` (its own, which the Session keeps in place of building one).
     """
 
     module: nn.Module
@@ -73,6 +83,12 @@ class Wrapped:
     memory_breakdown: Callable[[torch.optim.Optimizer], dict[str, int] | None] = no_breakdown
     # The engine's effective settings (result.json `engine_settings`): flat name -> value.
     settings: dict[str, Any] = field(default_factory=dict)
+    backward: Callable[[torch.Tensor], None] | None = None
+    step: Callable[[], torch.Tensor | None] | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    # The model inside an engine's own wrapper module (DeepSpeed's engine), where its
+    # buffers are put back by name; None: `module` is the model.
+    unwrapped: nn.Module | None = None
 
 
 class Engine(Protocol):

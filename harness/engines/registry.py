@@ -48,6 +48,15 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         baseline=False,
     ),
     EngineSpec(
+        label="yafsdp_compile",
+        name="yafsdp",
+        title="YaFSDP with each block's forward compiled (compared with `fsdp2_compile`, so "
+        "that no comparison compiles one side only)",
+        # Compared against yafsdp too: what compiling gains the engine itself.
+        baseline=True,
+        options={"compile_blocks": True},
+    ),
+    EngineSpec(
         label="fsdp1",
         name="fsdp1",
         title="FSDP1 (the published baseline: FULL_SHARD, BACKWARD_PRE, forward_prefetch, "
@@ -67,6 +76,28 @@ ENGINE_SPECS: tuple[EngineSpec, ...] = (
         title="tuned FSDP2 (torchtitan grouping plus asynchronous unshard and explicit prefetch)",
         baseline=True,
         options={"async_unshard": True},
+    ),
+    EngineSpec(
+        label="fsdp2_compile",
+        name="fsdp2",
+        title="FSDP2 with each block compiled (torchtitan's usual setting: `torch.compile` "
+        "per block before `fully_shard`)",
+        baseline=True,
+        options={"compile_blocks": True},
+    ),
+    EngineSpec(
+        label="deepspeed",
+        name="deepspeed",
+        title="DeepSpeed ZeRO-3 (one block per fetch unit, norm weights persistent, "
+        "DeepSpeed's default prefetch and buckets, fp32 reduce)",
+        baseline=True,
+    ),
+    EngineSpec(
+        label="ya_fsdp",
+        name="ya_fsdp",
+        title="upstream YaFSDP (`ya_fsdp.fully_shard` from yandex/YaFSDP, grouped as "
+        "torchtitan groups FSDP2; runs where the user installed it)",
+        baseline=True,
     ),
     EngineSpec(
         label=REFERENCE,

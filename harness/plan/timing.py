@@ -168,6 +168,12 @@ def fsdp2_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[
     return fsdp2_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
 
 
+def deepspeed_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    """DeepSpeed ZeRO-3 timed as FSDP2 is (the closest schedule: a block per fetch, one
+    ahead); its bucketed reduce is not modelled yet."""
+    return fsdp2_schedule(case, costs, ctx)
+
+
 def local_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
     return local_program(costs, shape_of(case.model).num_params(), ctx)
 
@@ -179,6 +185,12 @@ SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = 
     "fsdp1": fsdp1_schedule,
     "fsdp2": fsdp2_schedule,
     "fsdp2_tuned": fsdp2_schedule,
+    # Compiled blocks are scheduled as eager ones: the kernels' fusion is not modelled.
+    "fsdp2_compile": fsdp2_schedule,
+    "yafsdp_compile": yafsdp_schedule,
+    "deepspeed": deepspeed_schedule,
+    # upstream YaFSDP groups as FSDP2 does; its own ordering is not modelled yet
+    "ya_fsdp": fsdp2_schedule,
     "local": local_schedule,
 }
 

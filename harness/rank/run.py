@@ -60,6 +60,10 @@ def train(cfg: JobConfig, job_dir: Path, place: Placement) -> Result | None:
     def report(phase: str) -> None:
         report_phase(job_dir, rank, phase)
 
+    if cfg.engine.compile_blocks:
+        from harness.engines.compile_blocks import use_sweep_cache
+
+        use_sweep_cache(job_dir)
     peak_flops = _peak_flops(cfg, device)
     bandwidth = None
     if cfg.probe_bandwidth:

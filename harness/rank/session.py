@@ -44,7 +44,7 @@ def wrap_model(model: nn.Module, ctx: RunContext) -> Wrapped:
     """
     buffers = snapshot_buffers(model)
     wrapped = get_engine(ctx.cfg.name).wrap(model, ctx)
-    restore_buffers(wrapped.module, buffers, ctx.device)
+    restore_buffers(wrapped.unwrapped or wrapped.module, buffers, ctx.device)
     return wrapped
 
 
@@ -72,6 +72,9 @@ def engine_context(
         seed=cfg.seed,
         cfg=cfg.engine,
         memory_budget_bytes=budget,
+        lr=cfg.lr,
+        adamw_impl=cfg.adamw_impl,
+        clip_grad_norm=cfg.clip_grad_norm,
     )
 
 
@@ -88,6 +91,7 @@ class Session:
     wrapped: Wrapped
     optimizer: torch.optim.Optimizer
     model_settings: dict[str, str]
+    compiled: str | None = None  # how the blocks were compiled; None: not compiled
 
     @classmethod
     def build(
@@ -112,9 +116,16 @@ class Session:
         own_settings = model_settings(model)  # before an engine renames its class
         # Checkpoint the block, then shard it: one place, the same for every engine.
         checkpoint_first_layers(decoder_parts(model).layers, cfg.ckpt_layers)
+        compiled = None
+        if cfg.engine.compile_blocks:  # after checkpointing, before sharding
+            from harness.engines.compile_blocks import compile_blocks
+
+            compiled = compile_blocks(decoder_parts(model).layers, cfg.engine.name)
         ctx = engine_context(cfg, rank, world_size, device, planned_budget=planned_budget)
         wrapped = wrap(model, ctx)
-        optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
+        optimizer = wrapped.optimizer
+        if optimizer is None:  # an engine that owns its step brings its own
+            optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
         return cls(
             cfg=cfg,
             rank=rank,
@@ -125,6 +136,7 @@ class Session:
             wrapped=wrapped,
             optimizer=optimizer,
             model_settings=own_settings,
+            compiled=compiled,
         )
 
     def batch(self, step: int, micro: int) -> Batch:
@@ -173,5 +185,11 @@ class Session:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The model's implementation and the engine's effective settings, flat."""
-        return {**self.model_settings, **self.wrapped.settings}
+        """The model's implementation and the engine's effective settings, flat; with
+        compiled blocks, how, and the graph breaks and compile time of the steps so far."""
+        settings = {**self.model_settings, **self.wrapped.settings}
+        if self.compiled is not None:
+            from harness.engines.compile_blocks import compile_stats
+
+            settings |= {"compile_blocks": self.compiled, **compile_stats()}
+        return settings

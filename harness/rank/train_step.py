@@ -43,7 +43,10 @@ def forward_backward(
         inputs, targets = batch(micro)
         logits = logits_of(wrapped.module(inputs))
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-        (loss * wrapped.loss_scale).backward()
+        if wrapped.backward is None:
+            (loss * wrapped.loss_scale).backward()
+        else:
+            wrapped.backward(loss * wrapped.loss_scale)
         part = loss.detach() / grad_accum
         step_loss = part if step_loss is None else step_loss + part
     wrapped.after_backward()
@@ -55,7 +58,10 @@ def clip_and_step(
     wrapped: Wrapped, optimizer: torch.optim.Optimizer, *, clip_grad_norm: float
 ) -> torch.Tensor | None:
     """Clip by the global gradient norm (when clip_grad_norm > 0), step the optimizer and
-    the engine; return the norm before clipping, or None when clipping is off."""
+    the engine; return the norm before clipping, or None when clipping is off. An engine
+    that owns its step (`Wrapped.step`) does all of that itself."""
+    if wrapped.step is not None:
+        return wrapped.step()
     grad_norm = wrapped.clip_grad_norm_(clip_grad_norm) if clip_grad_norm > 0 else None
     optimizer.step()
     optimizer.zero_grad(set_to_none=False)

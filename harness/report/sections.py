@@ -118,7 +118,8 @@ def published_tables(
         engines = ", ".join(sorted(df["engine"].dropna().unique())) if not df.empty else ""
         return [
             *blocks,
-            f"No FSDP baseline ({', '.join(BASELINES)}) in these sweeps, so there is no "
+            f"No engine to compare yafsdp with ({', '.join(BASELINES)}) in these sweeps, "
+            "so there is no "
             f"speedup to show. Engines found: {engines or 'none'}.",
         ]
     if df.empty or not (df["engine"] == YAFSDP).any():

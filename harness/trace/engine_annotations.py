@@ -14,6 +14,12 @@ from yafsdp_impl.annotation_names import parse as yafsdp
 
 # FSDP2 names its ranges after the module they act on: 'FSDP::all_gather (layers.3)'.
 _FSDP2 = re.compile(r"^FSDP::(?P<kind>[a-z_]+)\s*\((?P<unit>[^)]*)\)$")
+# The deepspeed adapter names its ranges as FSDP2 does: 'DeepSpeed::fetch (layers.3)',
+# 'DeepSpeed::release (layers.3)', 'DeepSpeed::reduce (layers.1..tok_embeddings)'.
+_DEEPSPEED = re.compile(r"^DeepSpeed::(?P<kind>fetch|release|reduce)\s*\((?P<unit>[^)]*)\)$")
+# Upstream YaFSDP names its ranges as FSDP2 does, under its own prefix:
+# 'YaFSDP::all_gather (layers.3)'.
+_YA_FSDP = re.compile(r"^YaFSDP::(?P<kind>[a-z_]+)\s*\((?P<unit>[^)]*)\)$")
 # FSDP1 names its ranges after the wrapper alone: 'FullyShardedDataParallel.forward'.
 _FSDP1 = re.compile(r"^FullyShardedDataParallel\.(?P<kind>[A-Za-z_]+)$")
 
@@ -30,6 +36,18 @@ def fsdp2(name: str) -> tuple[str, str] | None:
     return (m.group("kind"), m.group("unit")) if m else None
 
 
+def deepspeed(name: str) -> tuple[str, str] | None:
+    """(kind, unit) of a range the deepspeed adapter adds (`harness.engines.deepspeed_ranges`)."""
+    m = _DEEPSPEED.match(name)
+    return (m.group("kind"), m.group("unit")) if m else None
+
+
+def ya_fsdp(name: str) -> tuple[str, str] | None:
+    """(kind, module name) of an upstream YaFSDP range."""
+    m = _YA_FSDP.match(name)
+    return (m.group("kind"), m.group("unit")) if m else None
+
+
 def unannotated(name: str) -> tuple[str, str] | None:
     """The grammar of an engine that marks no unit (the unsharded reference)."""
     return None
@@ -42,5 +60,9 @@ GRAMMARS: dict[str, Callable[[str], tuple[str, str] | None]] = {
     "fsdp1": fsdp1,
     "fsdp2": fsdp2,
     "fsdp2_tuned": fsdp2,
+    "fsdp2_compile": fsdp2,
+    "yafsdp_compile": yafsdp,
+    "deepspeed": deepspeed,
+    "ya_fsdp": ya_fsdp,
     "local": unannotated,
 }

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from harness.config import JobConfig
 from harness.validate.choices import choice_errors
-from harness.validate.engine import engine_errors
+from harness.validate.engine import engine_errors, engine_job_errors
 from harness.validate.fields import unknown_field_errors
 from harness.validate.machine import Machine, machine_errors
 from harness.validate.model import SHARDED_BYTES_PER_PARAM, model_errors
@@ -43,6 +43,7 @@ def validation_errors(
         *choice_errors(cfg),
         *range_errors(cfg),
         *engine_errors(cfg.engine),
+        *engine_job_errors(cfg),
         *device_spec_errors(cfg.device_spec),
     ]
     if errors:  # the model and the machine are judged on a config that is whole

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from harness.config import EngineConfig
+from harness.config import EngineConfig, JobConfig
 from harness.engines.options import ADAPTER_OPTIONS
 from harness.engines.registry import ADAPTER_NAMES, ENGINE_SPECS, ENGINES
 from harness.validate.common import one_of, shown
@@ -95,3 +95,34 @@ def _labels_reading(option: str, value: Any) -> list[str]:
         if option in ADAPTER_OPTIONS[s.name]
         and (option not in _identifying(s.name) or getattr(s.config(), option) == value)
     ]
+
+
+def engine_job_errors(cfg: JobConfig) -> list[str]:
+    """What an engine needs of the rest of the job: compiled blocks a warm-up step to absorb
+    the compile; DeepSpeed bf16 or fp32 (its fp16 needs a loss scaler the harness does not
+    set up); the upstream YaFSDP its library, and an AdamW its tensor class can run."""
+    errors = []
+    if cfg.engine.compile_blocks and cfg.warmup_steps < 1:
+        errors.append(
+            "engine.compile_blocks=true compiles in the first step, which must not be timed: "
+            "set warmup_steps to 1 or more"
+        )
+    if cfg.engine.name == "deepspeed" and cfg.dtype == "fp16":
+        errors.append("engine=deepspeed runs dtype=bf16 or fp32 here, not fp16; choose one")
+    if cfg.engine.name == "ya_fsdp":
+        errors += _ya_fsdp_errors(cfg)
+    return errors
+
+
+def _ya_fsdp_errors(cfg: JobConfig) -> list[str]:
+    from harness.engines.upstream import INSTALL, available
+
+    errors = []
+    if not available():
+        errors.append(f"engine=ya_fsdp needs the upstream library: {INSTALL}")
+    if cfg.adamw_impl == "for-loop":
+        errors.append(
+            "engine=ya_fsdp cannot run adamw_impl=for-loop (its tensor class has no lerp_); "
+            "use fused or foreach"
+        )
+    return errors

@@ -19,6 +19,7 @@ from harness.engines.registry import ENGINES
 from harness.rank.memory_peaks import cpu_peak_allocated
 from harness.rank.session import Session, wrap_model
 from tests.bench.engine_revision import wrap_at
+from tests.harness.training import shared_test_engines
 
 # label -> (engine label, model_impl)
 Runs = dict[str, tuple[str, str]]
@@ -35,7 +36,7 @@ def interleaved_step_times(
     revisions: tuple[str, ...] = (),
 ) -> dict[str, dict[str, float]]:
     """Per engine (and `yafsdp@<rev>` per revision), `interleaved_runs`' figures."""
-    labels = [*ENGINES, *(f"yafsdp@{rev}" for rev in revisions)]
+    labels = [*shared_test_engines(), *(f"yafsdp@{rev}" for rev in revisions)]
     runs = {label: (label, "native") for label in labels}
     return interleaved_runs(rank, world_size, model, seq_len, rounds, warmup, dtype, runs)
 

@@ -42,6 +42,7 @@ from harness.rank.metrics import measure_matmul_peak_flops
 # an import a benchmark needs.
 from tests.bench.interleaved import interleaved_runs, interleaved_step_times
 from tests.distributed import run_on_ranks
+from tests.harness.training import shared_test_engines
 
 SEQ_LENS = (256, 1024)
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
@@ -84,7 +85,7 @@ def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
     best: dict[tuple[str, int], dict[str, float]] = {}
     for rep in range(REPEATS):
         for seq in SEQ_LENS:
-            for engine in ENGINES:
+            for engine in shared_test_engines():
                 result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{rep}").result
                 assert result.status == "ok", result.error
                 m = result.metrics

@@ -14,7 +14,7 @@ from harness.config import JobConfig
 from harness.engines.registry import BASELINES, ENGINES, REFERENCE, YAFSDP
 from harness.models.shapes import get_shape
 from tests.distributed import run_on_ranks
-from tests.harness.training import short_job, train_jobs
+from tests.harness.training import shared_test_engines, short_job, train_jobs
 from tests.plan.engine_capture import fake_world
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
@@ -31,7 +31,15 @@ def test_every_engine_config_matches_the_registry() -> None:
 
 def test_registry_orders_yafsdp_first_and_names_the_baselines() -> None:
     assert list(ENGINES)[0] == YAFSDP
-    assert BASELINES == ("fsdp1", "fsdp2", "fsdp2_tuned")
+    assert BASELINES == (
+        "yafsdp_compile",
+        "fsdp1",
+        "fsdp2",
+        "fsdp2_tuned",
+        "fsdp2_compile",
+        "deepspeed",
+        "ya_fsdp",
+    )
     assert REFERENCE in ENGINES and not ENGINES[REFERENCE].baseline
 
 
@@ -42,7 +50,7 @@ def _config(label: str, world_size: int, ckpt: int) -> JobConfig:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("setup")
-    labels = list(ENGINES)
+    labels = shared_test_engines()
     configs = [_config(label, 2, 1) for label in labels]
     runs = run_on_ranks(train_jobs, 2, configs, str(root))[0]
     return {label: run[1] for label, run in zip(labels, runs, strict=True)}
@@ -83,9 +91,9 @@ def test_fsdp1_records_the_strategy_it_runs_at_one_rank(tmp_path: Path) -> None:
 
 
 def test_every_engine_records_the_shared_settings(recorded: dict[str, dict]) -> None:
-    optimizers = {recorded[label]["optimizer"] for label in ENGINES}
+    optimizers = {recorded[label]["optimizer"] for label in recorded}
     assert optimizers == {"torch.optim.AdamW(fused, weight_decay=0)"}
-    for label in ENGINES:
+    for label in recorded:
         s = recorded[label]
         assert s["clip_grad_norm"] == 1.0 and s["ckpt_layers"] == 1, label
     blocks = [f"layers.{i}" for i in range(get_shape("llama_tiny").n_layers)]

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from harness.config import JobConfig
-from harness.engines.registry import ENGINES, REFERENCE
+from harness.engines.registry import REFERENCE
 from tests.distributed import run_on_ranks
 from tests.harness.hf_configs import LLAMA, QWEN2, write_config
-from tests.harness.training import short_job, train_jobs
+from tests.harness.training import shared_test_engines, short_job, train_jobs
 
 pytest.importorskip("transformers")
 
@@ -41,7 +41,7 @@ def _config(model: str, label: str, ckpt_layers: int, world_size: int) -> JobCon
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_engines_agree_on_hf_models(world_size: int, tmp_path: Path) -> None:
     paths = {name: write_config(tmp_path, name, cfg) for name, (cfg, _) in MODELS.items()}
-    cases = [(name, engine) for name in MODELS for engine in ENGINES]
+    cases = [(name, engine) for name in MODELS for engine in shared_test_engines()]
     configs = [_config(paths[n], e, MODELS[n][1], world_size) for n, e in cases]
     rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path / "jobs"))[0]
     runs = dict(zip(cases, rank0, strict=True))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from harness.config import JobConfig
-from harness.engines.registry import ENGINES, REFERENCE
+from harness.engines.registry import REFERENCE
 from tests.distributed import run_on_ranks
-from tests.harness.training import short_job, train_jobs
+from tests.harness.training import shared_test_engines, short_job, train_jobs
 
 STEPS = 3
 # Below llama_tiny's gradient norm at these settings, so clipping changes every update
@@ -24,6 +24,7 @@ CLIP = 0.5
 # and norms within 1e-2 on llama_tiny. A missed or doubled reduction, a wrong scale or a
 # skipped clip moves them by far more (the norms by a factor of ranks, the loss visibly).
 RTOL = {"fp32": {"loss": 1e-5, "grad_norm": 1e-5}, "bf16": {"loss": 1e-3, "grad_norm": 1e-2}}
+EAGER = shared_test_engines()
 
 
 def _config(label: str, dtype: str, ckpt_layers: int, world_size: int) -> JobConfig:
@@ -41,7 +42,7 @@ def _config(label: str, dtype: str, ckpt_layers: int, world_size: int) -> JobCon
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_engines_agree_on_losses_and_grad_norms(world_size: int, tmp_path: Path) -> None:
     # Checkpointing is exercised in fp32, where the tolerance is tight.
-    cases = [(e, "fp32", c) for e in ENGINES for c in (0, 1)] + [(e, "bf16", 0) for e in ENGINES]
+    cases = [(e, "fp32", c) for e in EAGER for c in (0, 1)] + [(e, "bf16", 0) for e in EAGER]
     configs = [_config(e, d, c, world_size) for e, d, c in cases]
     rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path))[0]
     metrics = {case: run[0] for case, run in zip(cases, rank0, strict=True)}

@@ -39,3 +39,16 @@ def short_job(label: str, world_size: int, **fields: Any) -> JobConfig:
         gpus=world_size,
         profile=ProfileConfig(steps=0),
     )
+
+
+def shared_test_engines() -> list[str]:
+    """The registered labels the tests that run every engine train: not the compiled
+    variants (30-70 s of compiling per job on CPU; tests/harness/test_compile_blocks.py),
+    and ya_fsdp only where the upstream library is installed (tests/harness/test_ya_fsdp.py)."""
+    from harness.engines.upstream import available
+
+    return [
+        label
+        for label, spec in ENGINES.items()
+        if not spec.options.get("compile_blocks") and (spec.name != "ya_fsdp" or available())
+    ]

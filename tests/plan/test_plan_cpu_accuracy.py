@@ -2,7 +2,8 @@
 llama_small on 2 gloo ranks, seq 128 and 512 (fp32, as CPU runs go); checkpointing
 (ckpt_layers 0 and 1) on llama_mini, where its share of the peak is the larger.
 
-One process group runs all 30 cases in turn, each built and stepped as a job's memory-
+One process group runs every case in turn (each engine the shared tests train:
+`shared_test_engines`), each built and stepped as a job's memory-
 tracked phase is (build, two steps: the second holds AdamW's moments)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from harness.engines.registry import ENGINES
 from harness.plan.memory import estimate_memory
 from harness.plan.planner import memory_case
 from tests.distributed import run_on_ranks
+from tests.harness.training import shared_test_engines
 from tests.plan.cpu_peaks import measure
 
 TOLERANCE = 0.10
@@ -25,7 +27,7 @@ TOLERANCE = 0.10
 MODEL_CKPT = [("llama_mini", 0), ("llama_mini", 1), ("llama_small", 0)]
 CASES = [
     {"model": m, "seq_len": s, "ckpt_layers": c, "engine": e}
-    for (m, c), s, e in itertools.product(MODEL_CKPT, (128, 512), list(ENGINES))
+    for (m, c), s, e in itertools.product(MODEL_CKPT, (128, 512), shared_test_engines())
 ]
 
 

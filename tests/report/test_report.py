@@ -135,7 +135,7 @@ def test_single_engine_has_no_speedup_table_but_the_rest(tmp_path: Path) -> None
     write_job(sweep, "1", engine="yafsdp", seq_len=256)
     text = render(sweep, tmp_path)
     assert HEADER not in text
-    assert "No FSDP baseline (fsdp1, fsdp2, fsdp2_tuned) in these sweeps" in text
+    assert "No engine to compare yafsdp with (yafsdp_compile, fsdp1, fsdp2, fsdp2_tuned, " in text
     assert "Engines found: yafsdp." in text
     assert "| llama_tiny | 2 | 256 | 0 | yafsdp | 1.000 |" in text  # the timing table
     assert "No grid point has two finished jobs with loss curves to compare." in text
@@ -371,7 +371,7 @@ def test_empty_sweep_and_all_failed_sweep_still_render(tmp_path: Path) -> None:
     empty.mkdir()
     text = build_report([empty], tmp_path / "out1").read_text()
     assert "0 jobs (none)" in text
-    assert "No FSDP baseline" in text and "Engines found: none." in text
+    assert "No engine to compare yafsdp with" in text and "Engines found: none." in text
     failed = tmp_path / "failed"
     write_job(failed, "0", engine="yafsdp", status="oom", error="over memory_limit_gb=1")
     write_job(failed, "1", engine="fsdp1", status="invalid", error="ckpt_layers=9 > 4 layers")

@@ -75,8 +75,9 @@ def test_no_baseline_section_names_the_baselines_and_engines_found() -> None:
     report = ReportJobs(pd.DataFrame([job("yafsdp", iteration_time_s=1.0)]), [Path("s")])
     blocks = published_tables(report, Pictures())
     assert blocks[1] == (
-        "No FSDP baseline (fsdp1, fsdp2, fsdp2_tuned) in these sweeps, so there is no "
-        "speedup to show. Engines found: yafsdp."
+        "No engine to compare yafsdp with (yafsdp_compile, fsdp1, fsdp2, fsdp2_tuned, "
+        "fsdp2_compile, deepspeed, ya_fsdp) in these sweeps, so there is no speedup to show. "
+        "Engines found: yafsdp."
     )
 
 
