@@ -131,7 +131,11 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
     profile = measure.profiled_pass(Steps(), tmp_path, lambda phase: None)  # type: ignore[arg-type]
     assert log == ["step3", "sync", "step4", "sync", "step5", "sync"]
     # the job lists its traces; summaries are computed offline (harness.results.table)
-    assert profile == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}
+    # (and says whether CUDA sync events were recorded: never on CPU)
+    assert profile == {
+        "traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"],
+        "cuda_sync_events": False,
+    }
 
 
 def test_cuda_peaks_restart_after_finishing_queued_work(monkeypatch) -> None:

@@ -80,7 +80,10 @@ def test_failing_jobs_become_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
 
 def test_published_preset_expands_to_16_points_per_engine(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    proc = multirun("experiment=yafsdp_readme", "dry_run=true", sweep_dir=sweep)
+    # allow_failures: jobs refused by this machine alone (checked below) end the sweep with 2
+    proc = multirun(
+        "experiment=yafsdp_readme", "dry_run=true", "allow_failures=true", sweep_dir=sweep
+    )
     jobs = [line for line in proc.stdout.splitlines() if "  dry run -> " in line]
     assert len(jobs) == 16 * 3
     # The planner's memory row is printed for each; a job predicted not to fit 80 GB is
