@@ -48,6 +48,7 @@ class PlanRow:
             "peak_moment": self.memory.moment,
             "device_memory_bytes": int(c.device_memory_gb * GIB) or None,
             "fits": self.fits,
+            "fit_verdict": fit_verdict(self),
             "min_ckpt_layers_to_fit": self.min_ckpt_layers_to_fit,
             "iteration_time_s": t.iteration_time_s if t else None,
             "compute_s": t.compute_s if t else None,
@@ -229,7 +230,8 @@ def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, 
     for key in NETWORK_CONSTANTS:
         value = getattr(spec.network, key)
         if run is not None:
-            origin = f"measured: {run.origin} ({run.world_size} ranks); replaced by its times"
+            origin = (f"replaced by the calibration: {run.origin} measured these collectives' "
+                      f"times on {run.world_size} ranks; this figure is not used")  # fmt: skip
         else:
             origin = source(key)
         out[f"network.{key}"] = {"value": value, "origin": origin}
@@ -318,6 +320,17 @@ def add_speedups(rows: list[PlanRow]) -> None:
 
 # A predicted peak past this share of device memory is flagged (not priced): see below.
 NEAR_CAPACITY = 0.9
+
+
+def fit_verdict(row: PlanRow) -> str | None:
+    """The fit: "yes", "tight" (a peak at NEAR_CAPACITY of the device or more leaves too little for
+    the CUDA context, NCCL's buffers and fragmentation), "NO", or None (no device memory)."""
+    have = row.cfg.device_memory_gb * GIB
+    if row.fits is None or not have:
+        return None
+    if not row.fits:
+        return "NO"
+    return "tight" if row.memory.peak_bytes >= NEAR_CAPACITY * have else "yes"
 
 
 def near_capacity(row: PlanRow) -> str | None:
