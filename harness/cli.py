@@ -53,7 +53,7 @@ def run(cfg: DictConfig) -> Result | None:
     hydra_cfg = HydraConfig.get()
     job_dir = Path(hydra_cfg.runtime.output_dir)
     if in_distributed_env():  # one rank of a SLURM job: the submitter decides the result
-        return run_in_existing_env(job_cfg, job_dir)
+        return _run_as_rank(job_cfg, job_dir)
     single = hydra_cfg.mode == RunMode.RUN
     if single and not job_cfg.dry_run:
         try:
@@ -88,6 +88,19 @@ def run(cfg: DictConfig) -> Result | None:
     if single and status != "ok":
         sys.exit(EXIT_INVALID if status == "invalid" else EXIT_FAILED)
     return outcome.result
+
+
+def _run_as_rank(job_cfg: JobConfig, job_dir: Path) -> Result | None:
+    """One rank under torchrun or srun; rank 0 (which returns the result) prints the job's
+    line, as a job the harness launched itself does."""
+    console = Console(total=None, quiet=job_cfg.quiet, verbose=job_cfg.verbose)
+    console.job_started(job_dir)
+    result = run_in_existing_env(job_cfg, job_dir)
+    if result is not None:
+        console.job_finished(job_label(asdict(job_cfg)), result, job_dir, ran=True)
+        if not job_cfg.quiet:
+            print(f"result: {short_path(job_dir / 'result.json')}", flush=True)
+    return result
 
 
 def _remove_if_empty(path: Path) -> None:

@@ -1,11 +1,12 @@
 """What a person sees while jobs run: one line per finished job, progress and ETA.
 
-    [ 7/32] llama_mini gpus=2 seq=256 ckpt=1 fsdp1  ok  0.183 s/step  (elapsed 1:12, ETA 4:05)
+    [ 7/32] llama_mini gpus=2 seq=256 ckpt=1 fsdp1  ok  0.183 s/step  peak 1.21 GiB
+            5,400 tok/s  overlap 43%  (elapsed 1:12, ETA 4:05)          (one line)
 
 On a terminal the running job also has a live line (its phase: build, warm-up, timed steps
 k/N, profile) that the next line replaces; elsewhere (SLURM output, CI logs) only plain
-lines are written. `quiet` keeps only the end-of-sweep summary; `verbose` streams rank 0's
-log as it grows. No progress library: the display is one rewritten line and a counter,
+lines are written. `quiet` keeps only the end-of-sweep summary and failed jobs' lines;
+`verbose` streams rank 0's log (its per-step loss lines) as it grows. No progress library: the display is one rewritten line and a counter,
 which tqdm and rich would draw as a bar we do not want, and their plain-file fallbacks
 would need this same code to stay one line per job.
 """
@@ -75,6 +76,32 @@ def short_path(path: Path) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def measures(result: Result, job_dir: Path) -> str:
+    """`  peak 1.21 GiB  5,400 tok/s  overlap 43%`: what an ok job measured, its overlap
+    from its traces (summarised once, into the cache the results table reads next)."""
+    m = result.metrics
+    peak = m.peak_memory_allocated_bytes or m.peak_rss_bytes
+    which = "" if m.peak_memory_allocated_bytes else " RSS"
+    parts = [f"peak{which} {peak / 2**30:.2f} GiB" if peak else "peak -"]
+    tps = m.tokens_per_s_per_device
+    parts.append(f"{tps:,.0f} tok/s" if tps is not None else "tok/s -")
+    parts.append(f"overlap {_overlap(job_dir)}")
+    return "  " + "  ".join(parts)
+
+
+def _overlap(job_dir: Path) -> str:
+    """Overlap % of the job's traces, "-" with none (profile.steps=0), "?" unreadable."""
+    from harness.trace.cache import job_profile
+    from harness.trace.summary import find_traces
+
+    if not find_traces(job_dir):
+        return "- (no trace)"
+    pct = (job_profile(job_dir).get("summary") or {}).get("overlap_pct")
+    if pct is None or pct != pct:  # no communication seen, or NaN
+        return "?"
+    return f"{pct:.0f}%"
 
 
 class Console:
@@ -168,7 +195,8 @@ class Console:
         line = f"{self._counter()}{label}  {self._verdict(result, job_dir, ran=ran)}"
         dry_run = bool(result.config.get("dry_run"))
         self.finished.append((label, result, job_dir))
-        if not self.quiet:
+        failed = not result.ok and not dry_run  # quiet still says a job failed, and why
+        if not self.quiet or failed:
             self._write(line if dry_run else f"{line}  ({self._timing()})")
         self._job_dir = None
 
@@ -180,6 +208,7 @@ class Console:
         if result.ok:
             t = result.metrics.iteration_time_s
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
+            text += measures(result, job_dir)
             return text if ran else f"{text}  earlier result kept"
         error = result.error or ""
         # A sweep's line holds one line of it; a single job, with no summary, says it all.
