@@ -28,9 +28,10 @@ from harness.config import JobConfig
 from harness.job.run import Interrupted, in_distributed_env, run_in_existing_env, run_job
 from harness.jobdir.result import Result
 from harness.slurm import register_plugin
-from harness.sweep import callbacks
+from harness.sweep import callbacks, job_dirname
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, acquire
+from harness.sweep.empty_dirs import remove_dry_run_dir, remove_empty_up_to
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -43,6 +44,7 @@ OmegaConf.register_new_resolver(
 )
 
 register_plugin()  # hydra/launcher=slurm, also from a source checkout
+job_dirname.register()  # ${harness_job_subdir:...}: readable job directory names
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")
@@ -82,7 +84,10 @@ def run(cfg: DictConfig) -> Result | None:
     elif not job_cfg.dry_run and not job_cfg.quiet:
         print(f"result: {short_path(job_dir / 'result.json')}")
     if job_cfg.dry_run:
-        _remove_if_empty(job_dir)
+        if sweep is None:
+            remove_dry_run_dir(job_dir)
+        else:  # the sweep's own directory goes at its end, if the sweep made it
+            remove_empty_up_to(job_dir, sweep.sweep_dir)
     status = outcome.result.status
     # A single run reports failure through its exit code; a sweep goes on to the next job.
     if single and status != "ok":
@@ -101,13 +106,6 @@ def _run_as_rank(job_cfg: JobConfig, job_dir: Path) -> Result | None:
         if not job_cfg.quiet:
             print(f"result: {short_path(job_dir / 'result.json')}", flush=True)
     return result
-
-
-def _remove_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:

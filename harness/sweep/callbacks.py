@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from harness.jobdir.result import Result
 from harness.sweep.console import Console
 from harness.sweep.dirlock import DirectoryLocked, DirLock, acquire, describe_holder
+from harness.sweep.empty_dirs import first_existing
 
 
 @dataclass
@@ -27,6 +28,7 @@ class ActiveSweep:
     console: Console
     swept: frozenset[str] = frozenset()  # fields with more than one value in this sweep
     results: list[Result] = field(default_factory=list)  # one per job, in order
+    kept_ancestor: Path | None = None  # the sweep directory's nearest ancestor at the start
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
@@ -58,11 +60,10 @@ class ActiveSweep:
     def _remove_dry_run_traces(self) -> None:
         """Hydra makes the sweep directory and its multirun.yaml even for a dry run."""
         if not self.existed:
+            from harness.sweep.empty_dirs import remove_empty_up_to
+
             (self.sweep_dir / "multirun.yaml").unlink(missing_ok=True)
-            try:
-                self.sweep_dir.rmdir()
-            except OSError:
-                pass
+            remove_empty_up_to(self.sweep_dir, self.kept_ancestor or self.sweep_dir.parent)
 
 
 _active: ActiveSweep | None = None
@@ -101,6 +102,7 @@ class AggregateResults(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         dry_run = bool(config.get("dry_run", False))
         existed = sweep_dir.exists()
+        kept = first_existing(sweep_dir)
         lock = None
         if not dry_run:  # a dry run writes nothing, so it needs no lock
             try:
@@ -119,7 +121,7 @@ class AggregateResults(Callback):
             logging.getLogger("hydra").setLevel(logging.WARNING)
         total, swept = sweep_plan(config)
         console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
-        _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept)
+        _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept, kept_ancestor=kept)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _active

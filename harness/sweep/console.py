@@ -6,9 +6,10 @@
 On a terminal the running job also has a live line (its phase: build, warm-up, timed steps
 k/N, profile) that the next line replaces; elsewhere (SLURM output, CI logs) only plain
 lines are written. `quiet` keeps only the end-of-sweep summary and failed jobs' lines;
-`verbose` streams rank 0's log (its per-step loss lines) as it grows. No progress library: the display is one rewritten line and a counter,
-which tqdm and rich would draw as a bar we do not want, and their plain-file fallbacks
-would need this same code to stay one line per job.
+`verbose` streams rank 0's log (its per-step loss lines) as it grows. No progress
+library: the display is one rewritten line and a counter, which tqdm and rich would draw
+as a bar we do not want, and their plain-file fallbacks would need this same code to stay
+one line per job.
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path)
 
 
 def test_a_profiled_job_of_a_shipped_config_runs(tmp_path: Path) -> None:
-    # Hydra names the job directory `...model=hf\:sweeps/hf_models/...`: the whole job,
-    # traces included, must work under that name.
+    # The job directory is named `...model=hf-mistral_tiny-<hash>,...` (Hydra's own name
+    # would nest the escaped path); the whole job, traces included, works under it.
     args = [
         "-m",
         "model=hf:sweeps/hf_models/mistral_tiny",
@@ -68,6 +68,7 @@ def test_a_profiled_job_of_a_shipped_config_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (result,) = tmp_path.glob("**/result.json")
     assert read_result(result).ok, read_result(result).error
+    assert result.parent.parent == tmp_path and "model=hf-mistral_tiny-" in result.parent.name
     assert sorted(p.name for p in (result.parent / "traces").glob("rank*.json.gz")) == [
         "rank0.json.gz",
         "rank1.json.gz",
