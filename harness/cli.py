@@ -129,7 +129,18 @@ def _after_interrupt(signal_name: str) -> None:
 
 
 def main() -> None:
-    """Console entry point: the Hydra app, with interrupts turned into a clean exit 130."""
+    """Console entry point: the Hydra app, with interrupts turned into a clean exit 130.
+    Mistyped fields are refused before Hydra reads the command line (harness.cli_overrides)."""
+    from harness.cli_overrides import override_errors, with_launcher_alias
+
+    args, notes = with_launcher_alias(sys.argv[1:])
+    for note in notes:
+        print(note, file=sys.stderr)
+    errors = override_errors(args)
+    if errors:
+        print(f"[harness] refused: {'; '.join(errors)}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+    sys.argv[1:] = args
     signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         run()
