@@ -9,7 +9,7 @@ SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
 
-.PHONY: install demo sample-report test bench lint check clean gpu-wheels gpu-check
+.PHONY: install demo sample-report notebooks test bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -34,6 +34,19 @@ demo: install
 # Refresh the committed sample report (reports/cpu_demo) from a fresh demo sweep.
 sample-report:
 	$(MAKE) demo DEMO_SWEEP=multirun/sample_report DEMO_REPORT=$(SAMPLE_REPORT)
+
+# Both notebooks executed on the last sweep under multirun/ (or SWEEP_DIR=<sweep>), as
+# HTML under outputs/notebooks/, which git ignores.
+NOTEBOOK_OUT ?= outputs/notebooks
+notebooks: install
+	@sweep="$${SWEEP_DIR:-$$($(PY) -m harness.results.latest multirun)}" && test -n "$$sweep" && \
+	echo "notebooks on $$sweep" && mkdir -p $(NOTEBOOK_OUT) && \
+	for nb in sweep_results trace_inspection; do \
+		SWEEP_DIR="$$sweep" $(VENV)/bin/jupytext --to ipynb --execute \
+			-o $(NOTEBOOK_OUT)/$$nb.ipynb notebooks/$$nb.py && \
+		$(VENV)/bin/jupyter nbconvert --to html --log-level WARN $(NOTEBOOK_OUT)/$$nb.ipynb && \
+		echo "$(NOTEBOOK_OUT)/$$nb.html" || exit 1; \
+	done
 
 test: install
 	$(PY) -m pytest -q
