@@ -22,7 +22,7 @@ def readme_hf_sweeps() -> list[list[str]]:
     commands = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
-            args = shlex.split(line)
+            args = shlex.split(line, comments=True)  # a comment may hold an apostrophe
             if args[1:4] == ["-m", "harness", "-m"] and any("hf_models/" in a for a in args):
                 commands.append(args[3:])
     return commands
