@@ -9,21 +9,43 @@ SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
 
-.PHONY: install demo sample-report notebooks test bench lint check clean gpu-wheels gpu-check
+.PHONY: install install-torch demo sample-report notebooks test bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
+# Where torch comes from when the base interpreter has none. On Linux x86_64 the public
+# index serves the CUDA build (and GBs of nvidia-* wheels), so a machine without nvidia-smi
+# takes the CPU wheel index; with nvidia-smi, pip's own index. Override with
+# TORCH_INDEX=<url> (empty: pip's own index). If TORCH_INDEX cannot serve torch (a machine
+# that reaches only a mirror), pip's own index is used, with a warning.
+TORCH_VERSION ?= 2.13.0
+TORCH_SPEC ?= torch==$(TORCH_VERSION)
+CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(CPU_TORCH_INDEX))
+
 # A torch already in the base interpreter (a GPU cluster's) is kept through
-# --system-site-packages; otherwise the CPU build torch==2.13.0 is installed.
+# --system-site-packages; otherwise torch==$(TORCH_VERSION) is installed (install-torch).
 $(STAMP): pyproject.toml
 	@if python3 -c "import torch" 2>/dev/null; then \
 		python3 -m venv --system-site-packages $(VENV); \
 	else \
-		python3 -m venv $(VENV) && $(VENV)/bin/pip install -q torch==2.13.0; \
+		python3 -m venv $(VENV) && $(MAKE) --no-print-directory install-torch; \
 	fi
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+install-torch:
+	@if [ -z "$(TORCH_INDEX)" ]; then \
+		echo "installing $(TORCH_SPEC) from pip's own index"; \
+		$(VENV)/bin/pip install -q "$(TORCH_SPEC)"; \
+	else \
+		echo "installing $(TORCH_SPEC) from $(TORCH_INDEX)"; \
+		$(VENV)/bin/pip install -q --timeout 20 --retries 1 --index-url "$(TORCH_INDEX)" \
+			"$(TORCH_SPEC)" || { \
+		echo "[make install] warning: $(TORCH_INDEX) did not serve $(TORCH_SPEC); using pip's own index (on Linux x86_64 the public one serves the CUDA build: set TORCH_INDEX to a CPU wheel index)" >&2; \
+		$(VENV)/bin/pip install -q "$(TORCH_SPEC)"; }; \
+	fi
 
 # One line per job and a summary (rank output is in each job's ranks/rank<r>.log). The sweep
 # and its report go under multirun/, which git ignores, so a clone stays clean.
