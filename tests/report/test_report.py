@@ -264,7 +264,7 @@ def test_figures_and_timelines_are_embedded_with_relative_links(
         assert (out / link).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**llama_tiny, 2 GPUs, seq 128, ckpt 0, yafsdp: `timeline.png`**" in text
     assert (
-        "**llama_tiny, 2 GPUs, seq-len 128, 1 checkpointed layers: every engine, one profiled "
+        "**llama_tiny, 2 GPUs, seq-len 128, 1 checkpointed layer: every engine, one profiled "
         "step on the same time scale**"
     ) in text
     assert "**sweep timeline `overview.png`**" in text
