@@ -152,6 +152,11 @@ class JobConfig:
     device_spec: DeviceSpec = field(default_factory=DeviceSpec)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    # re-measure a job whose ok result would stand (the old one kept as result.previous.json)
+    rerun: bool = False
+    # CUDA only: record the allocator's history in the profiled pass and dump its snapshot
+    # (<job dir>/memory_snapshot/rank<r>.pickle, for pytorch.org/memory_viz)
+    memory_snapshot: bool = False
     quiet: bool = False  # console: only the end-of-sweep summary
     verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
     dry_run: bool = False  # validate and print the job, start nothing

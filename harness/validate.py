@@ -40,6 +40,11 @@ def validation_errors(cfg: JobConfig, *, local_devices: int | None = None) -> li
     `local_devices` is the number of GPUs on this machine when launching locally on GPUs.
     """
     errors: list[str] = []
+    if cfg.memory_snapshot and cfg.device == "cpu":
+        errors.append(
+            "memory_snapshot=true records the CUDA caching allocator's history, which a CPU "
+            "job has not; drop memory_snapshot, or run on GPUs (device=cuda)"
+        )
     if cfg.model_impl not in MODEL_IMPLS:
         errors.append(
             f"model_impl={cfg.model_impl!r} is unknown; choose one of: {', '.join(MODEL_IMPLS)}"

@@ -81,12 +81,15 @@ def run_job(
             job_dir,
         )
     reason = rerun_reason(job_dir, config)
+    if reason is None and cfg.rerun:
+        reason = "rerun=true (the ok result is kept as result.previous.json)"
     if reason is None:
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
     errors = errors or validation_errors(cfg, local_devices=_local_gpus(cfg))
+    errors = errors or _snapshot_errors(cfg)
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
@@ -144,6 +147,20 @@ def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Re
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
+
+
+def _snapshot_errors(cfg: JobConfig) -> list[str]:
+    """memory_snapshot records CUDA's allocator: refused where the job runs on CPU."""
+    if not cfg.memory_snapshot or cfg.device == "cpu":  # device=cpu: validation refuses it
+        return []
+    from harness.placement import resolved
+
+    if resolved(cfg).device == "cuda":
+        return []
+    return [
+        "memory_snapshot=true records the CUDA caching allocator's history, but this job "
+        "runs on CPU (device=auto found no GPU here); drop memory_snapshot, or run on GPUs"
+    ]
 
 
 def _local_gpus(cfg: JobConfig) -> int | None:

@@ -23,6 +23,7 @@ FIELDS_ADDED_LATER = {
     "fault.ms": 0.0,
     # the profiled pass never feeds the timings: an older result stands for a new request
     "profile.cuda_sync_events": True,
+    "memory_snapshot": False,
 }
 
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
@@ -30,7 +31,15 @@ FIELDS_ADDED_LATER = {
 # them. Everything else in the config counts.
 # device_spec holds the planner's figures: they change predictions, never a measurement.
 RESULT_NEUTRAL_FIELDS = frozenset(
-    {"dry_run", "quiet", "verbose", "job_timeout_s", "collective_timeout_s", "device_spec"}
+    {
+        "dry_run",
+        "quiet",
+        "verbose",
+        "rerun",
+        "job_timeout_s",
+        "collective_timeout_s",
+        "device_spec",
+    }
 )
 
 

@@ -242,3 +242,19 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
     paths = [trace_path(job_dir, r) for r in range(session.world_size)]
     sync_events = session.device.type == "cuda" and cfg.profile.cuda_sync_events
     return {"traces": [str(p.relative_to(job_dir)) for p in paths], "cuda_sync_events": sync_events}
+
+
+def memory_snapshot_pass(run: Run, job_dir: Path, report: Report) -> Path | None:
+    """`memory_snapshot=true`: two more steps with the CUDA allocator's history recorded,
+    dumped for pytorch.org/memory_viz (harness.rank.memory_snapshot); never timed."""
+    session = run.session
+    cfg = session.cfg
+    if not cfg.memory_snapshot:
+        return None
+    from harness.rank.memory_snapshot import STEPS, record_snapshot, snapshot_path
+
+    report("memory snapshot")
+    first = cfg.warmup_steps + cfg.steps + cfg.profile.warmup + max(cfg.profile.steps, 0)
+    counter = iter(range(first, first + STEPS))
+    return record_snapshot(lambda: run.step(next(counter)), session.device,
+                           snapshot_path(job_dir, session.rank))  # fmt: skip

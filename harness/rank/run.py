@@ -70,6 +70,7 @@ def train(cfg: JobConfig, job_dir: Path, place: Placement) -> Result | None:
     timed = measure.timed_steps(warmed.run, report)
     reduced = measure.reduce_across_ranks(warmed, timed)
     profile = measure.profiled_pass(warmed.run, job_dir, report)
+    measure.memory_snapshot_pass(warmed.run, job_dir, report)
     if rank != 0:
         return None
     session = warmed.run.session

@@ -241,7 +241,7 @@ def launch_sweep(
 def _submit(job: PlannedJob, executor: Any, task: Any, params: LauncherParams) -> None:
     """Submit one planned job, or give it its row at once (already ok, refused, sbatch error)."""
     desc = f"#{job.idx} : {' '.join(filter_overrides(job.overrides))}"
-    if _finished_ok(job.job_dir):
+    if _finished_ok(job.job_dir) and not job.config.get("rerun"):
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return
