@@ -69,16 +69,24 @@ def run_job(
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:
+        predicted = None
         if not errors:
-            from harness.plan.fit import memory_line_and_errors
+            from harness.plan.fit import (
+                gpu_hours_text,
+                memory_line_and_errors,
+                predicted_gpu_hours,
+            )
 
             line, errors = memory_line_and_errors(cfg)
+            predicted = predicted_gpu_hours(cfg)
+            if predicted is not None:
+                line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
             say(line)
         status = "invalid" if errors else "ok"
+        metrics = {"predicted": predicted} if predicted else None
+        error = "; ".join(errors) or None
         return JobOutcome(
-            make_result(status=status, config=config, error="; ".join(errors) or None),
-            False,
-            job_dir,
+            make_result(status=status, config=config, error=error, metrics=metrics), False, job_dir
         )
     reason = rerun_reason(job_dir, config)
     if reason is None and cfg.rerun:

@@ -105,6 +105,19 @@ def _overlap(job_dir: Path) -> str:
     return f"{pct:.0f}%"
 
 
+def planned_gpu_hours(results: list[Result]) -> str:
+    """The dry run's total: the planner's GPU-hours of every job it could price."""
+    priced = [(r.metrics.predicted or {}).get("gpu_hours") for r in results if r.ok]
+    hours = [h for h in priced if isinstance(h, (int, float))]
+    unpriced = len([r for r in results if r.ok]) - len(hours)
+    text = f"planned: {sum(hours):.3g} GPU-hours for {len(hours)} job(s) (the planner's step "
+    text += "time x steps x GPUs; start-up not included)"
+    if unpriced:
+        text += f"; {unpriced} job(s) without a time prediction (CPU, or a profile without "
+        text += "time figures)"
+    return text
+
+
 class Console:
     """Progress of one sweep (total known) or one job (total None) on `stream`."""
 
@@ -256,6 +269,8 @@ class Console:
         else:
             head = f"{what} done: {jobs} in {took}: {by_status}"
         lines = [head]
+        if dry_run:
+            lines.append(planned_gpu_hours([r for _, r, _ in self.finished]))
         for label, result, job_dir in self.finished:
             if result.status not in ("ok", "interrupted"):
                 cause = first_line(result.error, limit=120)

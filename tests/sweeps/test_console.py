@@ -64,8 +64,9 @@ def test_a_sweep_prints_one_line_per_job_and_a_summary(tmp_path: Path) -> None:
 
 def test_quiet_keeps_only_the_summary(tmp_path: Path) -> None:
     proc = multirun(*GRID[:-1], "fault.kind=none", "dry_run=true", "quiet=true", sweep_dir=tmp_path)
-    assert proc.stdout.splitlines()[0].startswith("dry run done: 1 job in "), proc.stdout
-    assert len(proc.stdout.splitlines()) == 1, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("dry run done: 1 job in "), proc.stdout
+    assert len(lines) == 2 and lines[1].startswith("planned: 0 GPU-hours for 0 job(s)"), lines
 
 
 class _Terminal(io.StringIO):
