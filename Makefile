@@ -9,7 +9,7 @@ SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
 
-.PHONY: install install-torch demo sample-report notebooks test bench lint check clean gpu-wheels gpu-check
+.PHONY: install install-torch demo sample-report notebooks test test-fast bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -70,9 +70,16 @@ notebooks: install
 		echo "$(NOTEBOOK_OUT)/$$nb.html" || exit 1; \
 	done
 
+# Everything (CI): unit tests, the multi-process end-to-end runs (@pytest.mark.slow), the
+# notebooks; the names of the slowest tests at the end.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
+# The unit tests alone: no test marked slow (those start ranks or whole sweeps).
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" --durations=10
+
+# Each benchmark prints its result as it finishes (tests/bench/conftest.py).
 bench: install
 	$(PY) -m pytest tests/bench --benchmark-enable --benchmark-only -q -s
 
