@@ -222,8 +222,8 @@ class Console:
         if result.ok:
             t = result.metrics.iteration_time_s
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
-            text += measures(result, job_dir)
-            return text if ran else f"{text}  earlier result kept"
+            text += "" if ran else "  earlier result kept"
+            return text + measures(result, job_dir)
         error = result.error or ""
         # A sweep's line holds one line of it; a single job, with no summary, says it all.
         text = f"{status}: {first_line(error) if self.total is not None else error}"
