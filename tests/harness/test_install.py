@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env or dict(os.environ),
+    command = ["make", "--no-print-directory", *args]
+    return subprocess.run(command, cwd=REPO, env=env or dict(os.environ),
                           capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
