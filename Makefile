@@ -9,21 +9,43 @@ SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
 
-.PHONY: install demo sample-report test bench lint check clean gpu-wheels gpu-check
+.PHONY: install install-torch demo sample-report notebooks test test-fast bench lint check clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
+# Where torch comes from when the base interpreter has none. On Linux x86_64 the public
+# index serves the CUDA build (and GBs of nvidia-* wheels), so a machine without nvidia-smi
+# takes the CPU wheel index; with nvidia-smi, pip's own index. Override with
+# TORCH_INDEX=<url> (empty: pip's own index). If TORCH_INDEX cannot serve torch (a machine
+# that reaches only a mirror), pip's own index is used, with a warning.
+TORCH_VERSION ?= 2.13.0
+TORCH_SPEC ?= torch==$(TORCH_VERSION)
+CPU_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,$(CPU_TORCH_INDEX))
+
 # A torch already in the base interpreter (a GPU cluster's) is kept through
-# --system-site-packages; otherwise the CPU build torch==2.13.0 is installed.
+# --system-site-packages; otherwise torch==$(TORCH_VERSION) is installed (install-torch).
 $(STAMP): pyproject.toml
 	@if python3 -c "import torch" 2>/dev/null; then \
 		python3 -m venv --system-site-packages $(VENV); \
 	else \
-		python3 -m venv $(VENV) && $(VENV)/bin/pip install -q torch==2.13.0; \
+		python3 -m venv $(VENV) && $(MAKE) --no-print-directory install-torch; \
 	fi
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+install-torch:
+	@if [ -z "$(TORCH_INDEX)" ]; then \
+		echo "installing $(TORCH_SPEC) from pip's own index"; \
+		$(VENV)/bin/pip install -q "$(TORCH_SPEC)"; \
+	else \
+		echo "installing $(TORCH_SPEC) from $(TORCH_INDEX)"; \
+		$(VENV)/bin/pip install -q --timeout 20 --retries 1 --index-url "$(TORCH_INDEX)" \
+			"$(TORCH_SPEC)" || { \
+		echo "[make install] warning: $(TORCH_INDEX) did not serve $(TORCH_SPEC); using pip's own index (on Linux x86_64 the public one serves the CUDA build: set TORCH_INDEX to a CPU wheel index)" >&2; \
+		$(VENV)/bin/pip install -q "$(TORCH_SPEC)"; }; \
+	fi
 
 # One line per job and a summary (rank output is in each job's ranks/rank<r>.log). The sweep
 # and its report go under multirun/, which git ignores, so a clone stays clean.
@@ -35,9 +57,29 @@ demo: install
 sample-report:
 	$(MAKE) demo DEMO_SWEEP=multirun/sample_report DEMO_REPORT=$(SAMPLE_REPORT)
 
-test: install
-	$(PY) -m pytest -q
+# Both notebooks executed on the last sweep under multirun/ (or SWEEP_DIR=<sweep>), as
+# HTML under outputs/notebooks/, which git ignores.
+NOTEBOOK_OUT ?= outputs/notebooks
+notebooks: install
+	@sweep="$${SWEEP_DIR:-$$($(PY) -m harness.results.latest multirun)}" && test -n "$$sweep" && \
+	echo "notebooks on $$sweep" && mkdir -p $(NOTEBOOK_OUT) && \
+	for nb in sweep_results trace_inspection; do \
+		SWEEP_DIR="$$sweep" $(VENV)/bin/jupytext --to ipynb --execute \
+			-o $(NOTEBOOK_OUT)/$$nb.ipynb notebooks/$$nb.py && \
+		$(VENV)/bin/jupyter nbconvert --to html --log-level WARN $(NOTEBOOK_OUT)/$$nb.ipynb && \
+		echo "$(NOTEBOOK_OUT)/$$nb.html" || exit 1; \
+	done
 
+# Everything (CI): unit tests, the multi-process end-to-end runs (@pytest.mark.slow), the
+# notebooks; the names of the slowest tests at the end.
+test: install
+	$(PY) -m pytest -q --durations=15
+
+# The unit tests alone: no test marked slow (those start ranks or whole sweeps).
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" --durations=10
+
+# Each benchmark prints its result as it finishes (tests/bench/conftest.py).
 bench: install
 	$(PY) -m pytest tests/bench --benchmark-enable --benchmark-only -q -s
 

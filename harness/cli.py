@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,11 @@ from harness.job.run import (
 )
 from harness.jobdir.result import Result, make_result
 from harness.slurm import register_plugin
-from harness.sweep import callbacks
+from harness.sweep import callbacks, job_dirname
 from harness.sweep.callbacks import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_LOCKED
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, DirLock, LockUnavailable, acquire
+from harness.sweep.empty_dirs import remove_dry_run_dir, remove_empty_up_to
 from harness.sweep.order import register_sweeper
 from harness.validate import unknown_field_errors
 
@@ -65,6 +67,7 @@ OmegaConf.register_new_resolver("harness_hydra_subdir", _hydra_subdir, replace=T
 
 register_plugin()  # hydra/launcher=slurm, also from a source checkout
 register_sweeper()  # hydra/sweeper=alternating, the default
+job_dirname.register()  # ${harness_job_subdir:...}: readable job directory names
 
 
 @hydra.main(version_base="1.3", config_path=str(SWEEPS_DIR), config_name="config")
@@ -73,7 +76,7 @@ def run(cfg: DictConfig) -> Result | None:
     hydra_cfg = HydraConfig.get()
     job_dir = Path(hydra_cfg.runtime.output_dir)
     if in_distributed_env():  # one rank of a SLURM job: the submitter decides the result
-        return run_in_existing_env(OmegaConf.to_object(cfg), job_dir)  # type: ignore[arg-type]
+        return _run_as_rank(OmegaConf.to_object(cfg), job_dir)  # type: ignore[arg-type]
     single = hydra_cfg.mode == RunMode.RUN
     dry_run = bool(cfg.get("dry_run", False))
     repeats = cfg.get("repeats", 1)
@@ -105,7 +108,10 @@ def run(cfg: DictConfig) -> Result | None:
     elif not dry_run and not cfg.quiet:
         console.line(f"result: {short_path(job_dir / 'result.json')}")
     if dry_run:
-        _remove_if_empty(job_dir)
+        if sweep is None:
+            remove_dry_run_dir(job_dir)
+        else:  # the sweep's own directory goes at its end, if the sweep made it
+            remove_empty_up_to(job_dir, sweep.sweep_dir)
     status = outcome.result.status
     # A single run reports failure through its exit code; a sweep goes on to the next job.
     if single and status != "ok":
@@ -149,11 +155,17 @@ def _run_one(cfg: DictConfig, job_dir: Path, console: Console, label: str) -> Jo
     )
 
 
-def _remove_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+def _run_as_rank(job_cfg: JobConfig, job_dir: Path) -> Result | None:
+    """One rank under torchrun or srun; rank 0 (which returns the result) prints the job's
+    line, as a job the harness launched itself does."""
+    console = Console(total=None, quiet=job_cfg.quiet, verbose=job_cfg.verbose)
+    console.job_started(job_dir)
+    result = run_in_existing_env(job_cfg, job_dir)
+    if result is not None:
+        console.job_finished(job_label(asdict(job_cfg)), result, job_dir, ran=True)
+        if not job_cfg.quiet:
+            print(f"result: {short_path(job_dir / 'result.json')}", flush=True)
+    return result
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
@@ -182,7 +194,18 @@ def _tell(line: str) -> None:
 
 
 def main() -> None:
-    """Console entry point: the Hydra app, with interrupts turned into a clean exit 130."""
+    """Console entry point: the Hydra app, with interrupts turned into a clean exit 130.
+    Mistyped fields are refused before Hydra reads the command line (harness.cli_overrides)."""
+    from harness.cli_overrides import override_errors, with_launcher_alias
+
+    args, notes = with_launcher_alias(sys.argv[1:])
+    for note in notes:
+        print(note, file=sys.stderr)
+    errors = override_errors(args)
+    if errors:
+        print(f"[harness] refused: {'; '.join(errors)}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+    sys.argv[1:] = args
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGHUP, _raise_interrupted)  # a closed terminal, as Ctrl-C
     try:

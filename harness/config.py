@@ -165,6 +165,11 @@ class JobConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     # a multirun with a job that is not ok exits 1; true (for drills) lets it exit 0
     allow_failures: bool = False
+    # re-measure a job whose ok result would stand (the old one kept as result.previous.<n>.json)
+    rerun: bool = False
+    # CUDA only: record the allocator's history in the profiled pass and dump its snapshot
+    # (<job dir>/memory_snapshot/rank<r>.pickle, for pytorch.org/memory_viz)
+    memory_snapshot: bool = False
     quiet: bool = False  # console: only the end-of-sweep summary
     verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
     dry_run: bool = False  # validate and print the job, start nothing

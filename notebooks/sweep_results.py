@@ -16,8 +16,11 @@
 #
 # Set `SWEEP_DIR` to a sweep directory (or any directory holding a `results.csv`, such as a
 # report directory). Without it, the committed CPU demo under `reports/cpu_demo/` is used.
-# A sweep without `results.csv` gets one built from its job directories
-# (`python -m harness.results <sweep dir>` does the same).
+# A relative path is read from the working directory where it exists there, else from the
+# repository root (`jupytext --execute` runs a notebook from `notebooks/`). A sweep without
+# `results.csv` gets one built from its job directories (`python -m harness.results
+# <sweep dir>` does the same). Run as a script, it saves each picture under
+# `outputs/notebooks/` and prints its path.
 
 # %%
 import os
@@ -28,19 +31,38 @@ import pandas as pd
 from IPython.display import display
 
 from harness.jobdir.grid_point import POINT_COLUMNS as POINT
+from harness.results.latest import REPO_ROOT, repo_path
 from harness.results.table import read_results_csv, write_results_csv
 
 
-def repo_root() -> Path:
-    here = Path.cwd().resolve()
-    return next((p for p in [here, *here.parents] if (p / "pyproject.toml").exists()), here)
+def in_notebook() -> bool:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
 
 
-SWEEP_DIR = Path(os.environ.get("SWEEP_DIR") or repo_root() / "reports" / "cpu_demo")
+def show(name: str) -> None:
+    """The figure inline in a notebook; as a script, saved and its path printed."""
+    if in_notebook():
+        plt.show()
+        return
+    out = REPO_ROOT / "outputs" / "notebooks" / f"sweep_results_{name}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plt.savefig(out)
+    plt.close()
+    print(f"picture: {out}")
+
+
+SWEEP_DIR = repo_path(os.environ.get("SWEEP_DIR") or "reports/cpu_demo")
 csv = SWEEP_DIR / "results.csv"
 if not csv.exists():
     if not any(SWEEP_DIR.rglob("result.json")):
-        raise FileNotFoundError(f"no results.csv or result.json under {SWEEP_DIR}; set SWEEP_DIR")
+        raise FileNotFoundError(
+            f"no results.csv or result.json under {SWEEP_DIR} (SWEEP_DIR="
+            f"{os.environ.get('SWEEP_DIR') or 'unset: the committed demo'}; relative paths "
+            f"are read from {Path.cwd()}, else from the repository root {REPO_ROOT})"
+        )
     csv = write_results_csv(SWEEP_DIR)
 df = read_results_csv(csv)  # loss curves and other lists back as lists
 print(f"{csv}: {len(df)} jobs")
@@ -79,7 +101,7 @@ if not times.empty:
     ax = times.plot.bar(figsize=(8, 3.5), ylabel="median iteration time (s)", rot=30)
     ax.set_title("Iteration time per engine")
     plt.tight_layout()
-    plt.show()
+    show("iteration_time")
 
 # %% [markdown]
 # ## Peak memory (MiB) and throughput per engine
@@ -112,4 +134,4 @@ if not ok.empty:
     ax.set_title(", ".join(f"{k}={v}" for k, v in first.items()))
     ax.legend()
     plt.tight_layout()
-    plt.show()
+    show("loss")

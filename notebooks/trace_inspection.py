@@ -15,8 +15,12 @@
 # Where was communication hidden behind computation, and where was it exposed?
 #
 # Set `TRACE_JOB_DIR` to a job directory (one holding `traces/rank<r>.json.gz`), or to
-# several separated by `:` to compare engines side by side. Without it, the most recent
-# job with traces under `outputs/` or `multirun/` (Hydra's output folders) is used.
+# several separated by `:` to compare engines side by side; or `SWEEP_DIR` to a sweep, whose
+# most recently traced grid point is shown with every engine. Without either, the most
+# recent job with traces under `outputs/` or `multirun/` (Hydra's output folders) is used.
+# Relative paths are read from the working directory where they exist there, else from the
+# repository root, so the notebook runs the same from `notebooks/` (as `jupytext --execute`
+# runs it) and from the root. Run as a script, it prints the path of each picture.
 
 # %%
 import os
@@ -25,27 +29,58 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Image, display
 
+from harness.results.latest import REPO_ROOT, matched_traced_jobs, repo_path
 from harness.trace import analyse, find_traces, load_trace, summarize_job
 from harness.trace.timeline import engine_label, plot_timeline
 
 
+def in_notebook() -> bool:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+def show_picture(path: Path) -> None:
+    """The picture inline in a notebook; its path when run as a script."""
+    if in_notebook():
+        display(Image(filename=str(path)))
+    else:
+        print(f"picture: {path}")
+
+
 def default_job_dirs() -> list[Path]:
-    found = [
-        p.parent
-        for root in (Path("outputs"), Path("multirun"))
-        if root.is_dir()
-        for p in root.rglob("traces")
-        if find_traces(p.parent)
-    ]
+    roots = [repo_path("outputs"), repo_path("multirun")]
+    found = [p.parent for root in roots if root.is_dir() for p in root.rglob("traces")
+             if find_traces(p.parent)]  # fmt: skip
     if not found:
-        raise SystemExit("no job with traces found; set TRACE_JOB_DIR=<job dir>")
+        raise SystemExit(
+            f"no job with traces (traces/rank<r>.json[.gz]) under {roots[0]} or {roots[1]} "
+            f"(repository root {REPO_ROOT}); run a sweep with profile.steps>0 (make demo), "
+            "or set TRACE_JOB_DIR=<job dir> or SWEEP_DIR=<sweep dir>"
+        )
     return [max(found, key=lambda p: p.stat().st_mtime)]
 
 
-env = os.environ.get("TRACE_JOB_DIR")
-JOB_DIRS = [Path(p) for p in env.split(os.pathsep)] if env else default_job_dirs()
+def job_dirs() -> list[Path]:
+    if os.environ.get("TRACE_JOB_DIR"):
+        dirs = [repo_path(p) for p in os.environ["TRACE_JOB_DIR"].split(os.pathsep)]
+        missing = [str(d) for d in dirs if not find_traces(d)]
+        if missing:
+            raise SystemExit(f"TRACE_JOB_DIR: no traces/rank<r>.json[.gz] in {', '.join(missing)}")
+        return dirs
+    if os.environ.get("SWEEP_DIR"):
+        sweep = repo_path(os.environ["SWEEP_DIR"])
+        found = matched_traced_jobs(sweep)
+        if not found:
+            raise SystemExit(f"SWEEP_DIR={sweep}: no job there has traces/rank0.json[.gz]")
+        return found
+    return default_job_dirs()
+
+
+JOB_DIRS = job_dirs()
 pd.set_option("display.precision", 3)
-display(JOB_DIRS)
+print("\n".join(map(str, JOB_DIRS)))
 
 # %% [markdown]
 # ## Overlap per engine
@@ -74,7 +109,7 @@ display(steps.set_index(["engine", "rank", "step"]))
 
 # %%
 png = plot_timeline(JOB_DIRS, JOB_DIRS[0] / "traces" / "timeline.png")
-display(Image(filename=str(png)))
+show_picture(png)
 
 # %% [markdown]
 # ## Largest exposed-communication gaps (rank 0)

@@ -41,6 +41,7 @@ class FSDP1Engine:
 
         qualified_names = {module: name for name, module in model.named_modules()}
         parts = decoder_parts(model)
+        layer_class = parts.layer_class  # read before wrapping: FSDP replaces the layers
         units = [parts.embed, *parts.layers, parts.head]
         unit_ids = {id(m) for m in units}
 
@@ -74,7 +75,7 @@ class FSDP1Engine:
             # not use); the sum over micro-batches is still the right gradient.
             loss_scale=1.0 / ctx.grad_accum,
             settings=_settings(
-                wrapped, ctx, [qualified_names[m] for m in units], parts, sync_module_states
+                wrapped, ctx, [qualified_names[m] for m in units], layer_class, sync_module_states
             ),
         )
 
@@ -98,14 +99,14 @@ def _materialiser(qualified_names: dict[nn.Module, str], ctx: RunContext) -> Any
 
 
 def _settings(
-    wrapped: Any, ctx: RunContext, unit_names: list[str], parts: Any, sync_module_states: bool
+    wrapped: Any, ctx: RunContext, unit_names: list[str], layer_class: str, sync_module_states: bool
 ) -> dict[str, Any]:
     """What the job ran FSDP1 with, for the report's settings table."""
     return {
         "units": [canonical_module_name(n) for n in unit_names] + ["<root>"],
         # accelerate's transformer_auto_wrap_policy names the decoder-layer class;
         # the published patch adds the embedding and the output projection as units.
-        "auto_wrap": f"token embedding, each {parts.layer_class}, output projection",
+        "auto_wrap": f"token embedding, each {layer_class}, output projection",
         # What FSDP1 runs: at world size 1 it switches FULL_SHARD to NO_SHARD.
         "sharding_strategy": wrapped.sharding_strategy.name,
         "use_orig_params": False,

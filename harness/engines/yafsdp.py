@@ -76,12 +76,24 @@ class YaFSDPEngine:
 
 
 def plan_setting(engine: YaFSDP) -> str:
-    """The plan chosen, and the one it was chosen over for the memory budget."""
-    c, gib = engine.plan_choice, 2**30
-    text = engine.buffer_plan.describe()
+    """The plan chosen, and the one it was chosen over for the memory budget, short enough
+    for a table cell: `separate_ends: buffers 2×2.1M + 2×786K, staging 786K elements;
+    0.07 GiB of a 23.5 GiB budget, over ends_shared (0.06 GiB)`."""
+    c, gib, plan = engine.plan_choice, 2**30, engine.buffer_plan
+    sizes = " + ".join(
+        f"{plan.buffer_numel.count(n)}×{_count(n)}" for n in dict.fromkeys(plan.buffer_numel)
+    )
+    text = f"{plan.name}: buffers {sizes}, staging {_count(plan.staging_numel)} elements"
     if c.budget_bytes is not None:
-        text += f"; engine memory {c.plan_bytes / gib:.2f} GiB of a {c.budget_bytes / gib:.2f} GiB"
-        text += " budget"
+        text += f"; {c.plan_bytes / gib:.2g} GiB of a {c.budget_bytes / gib:.3g} GiB budget"
     if c.rejected is not None and c.rejected_bytes is not None:
-        text += f"; over {c.rejected.name} ({c.rejected_bytes / gib:.2f} GiB)"
+        text += f", over {c.rejected.name} ({c.rejected_bytes / gib:.2g} GiB)"
     return text
+
+
+def _count(n: int) -> str:
+    """2097152 -> 2.1M, 786432 -> 786K."""
+    for unit, size in (("G", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)

@@ -102,28 +102,39 @@ def _run_job(
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
+        predicted = None
         if not errors:
-            from harness.plan.fit import memory_line_and_errors
+            from harness.plan.fit import (
+                gpu_hours_text,
+                memory_line_and_errors,
+                predicted_gpu_hours,
+            )
 
             line, errors = memory_line_and_errors(cfg)
+            predicted = predicted_gpu_hours(cfg)
+            if predicted is not None:
+                line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
             say(line)
             errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
         status = "invalid" if errors else "ok"
+        metrics = {"predicted": predicted} if predicted else None
+        error = "; ".join(errors) or None
         return JobOutcome(
-            make_result(status=status, config=config, error="; ".join(errors) or None),
-            False,
-            job_dir,
+            make_result(status=status, config=config, error=error, metrics=metrics), False, job_dir
         )
     stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
     if stray is not None:
         say(stray)
     reason = rerun_reason(job_dir, config)
+    if reason is None and cfg.rerun:
+        reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
     if reason is None:
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
     errors = errors or validation_errors(cfg, machine=local_machine.this_machine(cfg))
+    errors = errors or _snapshot_errors(cfg)
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
 
@@ -217,3 +228,17 @@ def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Re
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
+
+
+def _snapshot_errors(cfg: JobConfig) -> list[str]:
+    """memory_snapshot records CUDA's allocator: refused where the job runs on CPU."""
+    if not cfg.memory_snapshot or cfg.device == "cpu":  # device=cpu: validation refuses it
+        return []
+    from harness.placement import resolved
+
+    if resolved(cfg).device == "cuda":
+        return []
+    return [
+        "memory_snapshot=true records the CUDA caching allocator's history, but this job "
+        "runs on CPU (device=auto found no GPU here); drop memory_snapshot, or run on GPUs"
+    ]

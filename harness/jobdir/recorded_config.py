@@ -25,6 +25,7 @@ FIELDS_ADDED_LATER = {
     "profile.cuda_sync_events": True,
     "repeat": 0,
     "repeats": 1,
+    "memory_snapshot": False,
 }
 
 # Config fields that cannot change a job's measurements. Resume ignores them when it compares
@@ -39,6 +40,7 @@ RESULT_NEUTRAL_FIELDS = frozenset(
         "quiet",
         "verbose",
         "allow_failures",
+        "rerun",
         "job_timeout_s",
         "collective_timeout_s",
         "device_spec",

@@ -34,6 +34,7 @@ class MeasuredCollectives:
     backend: str
     points: dict[str, tuple[MeasuredPoint, ...]]
     origin: str
+    device: str = ""  # the device name the file records ("cpu" for gloo ranks); "" unknown
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def _run(data: dict[str, Any], origin: str) -> MeasuredCollectives | None:
         backend=str(data.get("backend", "")),
         points=points,
         origin=origin,
+        device=str(data.get("device", "")),
     )
 
 
@@ -184,3 +186,30 @@ def _metrics(path: Path) -> dict[str, Any]:
         "device_memory_outside_allocator_bytes": metrics.device_memory_outside_allocator_bytes,
         "bandwidth": metrics.bandwidth,
     }
+
+
+# The collective backend each hardware profile's `device` runs.
+BACKEND_OF_DEVICE = {"cuda": "nccl", "cpu": "gloo"}
+
+
+def hardware_mismatch(measured: Calibration, device: str, device_name: str) -> str | None:
+    """Why this calibration was measured on other hardware than the profile's (`device`
+    cuda/cpu and its `device_spec.name`), or None. A gloo CPU figure priced as an A100's
+    network predicts steps a thousand times too slow."""
+    want = BACKEND_OF_DEVICE.get(device)
+    for run in measured.collectives:
+        if want and run.backend and run.backend != want:
+            return (f"{run.origin} was measured with {run.backend} ({run.device or 'device ?'}) "
+                    f"but hardware runs {device} with {want}")  # fmt: skip
+        family, named = _gpu_family(run.device), _gpu_family(device_name)
+        if family and named and family != named:
+            return f"{run.origin} was measured on {run.device} but hardware is {device_name}"
+    return None
+
+
+def _gpu_family(name: str) -> str | None:
+    """The model number: "NVIDIA A100-SXM4-80GB" -> "A100"; None where no model number is named."""
+    import re
+
+    found = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name.upper().replace("-", " "))
+    return found.group(1) if found else None

@@ -8,6 +8,10 @@ job: `experiment=yafsdp_readme` expands to its points, comma lists expand as und
 sweep to it). `--cycle` prints, for each job, one steady-state backward unit
 (`cycle.py`): its period, the compute stream's busy and idle time, and each collective's
 kernel time and the idle time before it by cause.
+`--brief` prints the table and its legend alone; `--why model=llama2_7b,gpus=64,seq=2048`
+one point's rows and why each baseline's step differs. A calibration measured on other
+hardware (another backend or GPU) is refused unless `--allow-other-hardware`, which makes
+the first line a warning.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ from typing import Any
 
 from harness.config import JobConfig
 from harness.plan.calibration import Calibration
-from harness.plan.planner import PlanRow, add_speedups, plan_row
+from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2
 USAGE = (
-    "usage: python -m harness.plan [--json] [--cycle] [calibration=<sweep dir or file>] "
-    "[field=value ...]"
+    "usage: python -m harness.plan [--json] [--cycle] [--brief] [--why <point>] "
+    "[calibration=<file or sweep dir> [--allow-other-hardware]] [field=value ...]"
 )
 
 
@@ -132,6 +136,18 @@ def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _fitting(get: Any) -> Any:
+    """A time column's cell, or "-" on a row that does not fit: a step that cannot run has
+    no time, MFU or speedup."""
+    return lambda r: "-" if r["fits"] is False else get(r)
+
+
+def _speedups(r: dict[str, Any], fitting: set[str] | None = None) -> str:
+    """Speedup against each baseline (those of this point that fit, where known)."""
+    vs = {k: v for k, v in (r["speedup_vs"] or {}).items() if fitting is None or k in fitting}
+    return ", ".join(f"{k} {100 * v:+.1f}%" for k, v in vs.items()) or "-"
+
+
 COLUMNS = (
     ("model", lambda r: r["model"]),
     ("gpus", lambda r: str(r["gpus"])),
@@ -149,37 +165,60 @@ COLUMNS = (
     ("logits", lambda r: _gb(r["memory_bytes_by_class"]["logits_loss"])),
     ("ovh", lambda r: _gb(r["memory_bytes_by_class"]["overhead"])),
     ("peak GiB", lambda r: _gb(r["peak_memory_bytes"])),
-    ("fits", lambda r: {True: "yes", False: "NO", None: "-"}[r["fits"]]),
+    ("fits", lambda r: r.get("fit_verdict") or "-"),
     (
         "min ckpt",
         lambda r: "-" if r["min_ckpt_layers_to_fit"] is None else str(r["min_ckpt_layers_to_fit"]),
     ),  # fmt: skip
-    ("iter s", lambda r: _s(r["iteration_time_s"])),
-    ("compute", lambda r: _s(r["compute_s"])),
-    ("exp.comm", lambda r: _s(r["exposed_comm_s"])),
-    ("other", lambda r: _s(r["other_s"])),
-    ("stall", lambda r: _s(r["stall_s"])),
+    ("iter s", _fitting(lambda r: _s(r["iteration_time_s"]))),
+    ("compute", _fitting(lambda r: _s(r["compute_s"]))),
+    ("exp.comm", _fitting(lambda r: _s(r["exposed_comm_s"]))),
+    ("other", _fitting(lambda r: _s(r["other_s"]))),
+    ("stall", _fitting(lambda r: _s(r["stall_s"]))),
     (
         "tok/s",
-        lambda r: (
-            "-" if r["tokens_per_s_per_device"] is None else f"{r['tokens_per_s_per_device']:.0f}"
+        _fitting(
+            lambda r: (
+                "-"
+                if r["tokens_per_s_per_device"] is None
+                else f"{r['tokens_per_s_per_device']:.0f}"
+            )
         ),
     ),  # fmt: skip
-    ("MFU", lambda r: "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"),
-    (
-        "speedup",
-        lambda r: (
-            ", ".join(f"{k} {100 * v:+.1f}%" for k, v in (r["speedup_vs"] or {}).items()) or "-"
-        ),
-    ),  # fmt: skip
+    ("MFU", _fitting(lambda r: "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%")),
+    ("speedup", _fitting(lambda r: _speedups(r, r.get("_fitting_baselines")))),
+)
+
+LEGEND = (
+    "columns: per-GPU GiB of master = sharded fp32 weights, s.grads = sharded gradients, "
+    "optim = optimizer state, u.weights/u.grads = unsharded (gathered) weights/gradients, "
+    "staging = collective buffers, act.ckpt/act.plain = activations of checkpointed/other "
+    "layers, logits = logits and loss, ovh = memory outside the allocator; fits: yes, "
+    f"tight (peak >= {NEAR_CAPACITY:.0%} of the device: no room for the CUDA context, NCCL, "
+    "fragmentation) or NO; min ckpt = fewest checkpointed layers that fit; iter s = "
+    "compute + exp.comm (communication not hidden) + other + stall; tok/s per GPU; "
+    "speedup = (T_baseline - T_yafsdp) / T_baseline, against baselines that fit; a row "
+    "that does not fit shows no time"
 )
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
+    _mark_fitting_baselines(rows)
     cells = [[name for name, _ in COLUMNS]] + [[get(r) for _, get in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def _mark_fitting_baselines(rows: list[dict[str, Any]]) -> None:
+    """On each row, the engines of its point that fit (or whose fit is unknown)."""
+    for r in rows:
+        r["_fitting_baselines"] = {o["engine"] for o in rows if _point(o) == _point(r)
+                                   and o["fits"] is not False}  # fmt: skip
+
+
+def _point(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["model"], r["gpus"], r["seq_len"], r["ckpt_layers"], r["micro_batch"], r["dtype"])
 
 
 def format_why(rows: list[dict[str, Any]]) -> str:
@@ -217,23 +256,111 @@ def plan(overrides: list[str], measured: Calibration | None = None) -> list[Plan
     return rows
 
 
+def _take_value(args: list[str], flag: str) -> tuple[list[str], str | None]:
+    """`args` without `flag <value>` (or `flag=<value>`), and the value."""
+    for i, a in enumerate(args):
+        if a == flag:
+            if i + 1 >= len(args):
+                raise PlanError(f"{flag} needs a point, e.g. {flag} model=llama2_7b,gpus=64")
+            return args[:i] + args[i + 2 :], args[i + 1]
+        if a.startswith(flag + "="):
+            return args[:i] + args[i + 1 :], a.split("=", 1)[1]
+    return args, None
+
+
+POINT_KEYS = {"model": "model", "gpus": "gpus", "seq": "seq_len", "seq_len": "seq_len",
+              "ckpt": "ckpt_layers", "ckpt_layers": "ckpt_layers"}  # fmt: skip
+
+
+def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
+    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` (any of
+    these fields; the rest may be left out where only one point has the ones given)."""
+    wanted: dict[str, str] = {}
+    for part in point.replace(" ", ",").split(","):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        if key not in POINT_KEYS or not value:
+            raise PlanError(f"--why {point}: {part!r} is not field=value of "
+                            f"{', '.join(sorted(POINT_KEYS))}")  # fmt: skip
+        wanted[POINT_KEYS[key]] = value
+    found = [r for r in rows if all(str(r[k]) == v for k, v in wanted.items())]
+    points = sorted({_point_name(r) for r in found})
+    if len(points) != 1:
+        known = "; ".join(sorted({_point_name(r) for r in rows}))
+        what = "no point" if not points else f"{len(points)} points"
+        raise PlanError(f"--why {point} names {what}; the plan's points: {known}")
+    return found
+
+
+def _point_name(r: dict[str, Any]) -> str:
+    return f"model={r['model']},gpus={r['gpus']},seq={r['seq_len']},ckpt={r['ckpt_layers']}"
+
+
+def _print_plan(dicts: list[dict[str, Any]], brief: bool, measured: Calibration | None) -> None:
+    print(format_table(dicts))
+    print(LEGEND)
+    if brief:
+        return
+    why = format_why(dicts)
+    if why:
+        print("\nwhy each baseline's predicted step differs from yafsdp's (term by term):")
+        print(why)
+    constants = format_constants(dicts)
+    if constants:
+        print()
+        print(constants)
+    if measured is not None:
+        print(f"calibration: measured figures from {measured.source}")
+
+
+def _calibration_warning(measured: Calibration | None, configs: list[JobConfig],
+                         allow: bool) -> str | None:  # fmt: skip
+    """A calibration measured on other hardware than the plan's: refused (PlanError), or
+    with --allow-other-hardware, the warning the output opens with."""
+    from harness.plan.calibration import hardware_mismatch
+
+    if measured is None:
+        return None
+    for cfg in configs:
+        why = hardware_mismatch(measured, cfg.device, cfg.device_spec.name)
+        if why is None:
+            continue
+        if not allow:
+            raise PlanError(f"calibration from other hardware: {why}; measure on the "
+                            "hardware you plan for (`python -m harness.bandwidth` under its "
+                            "torchrun or srun), or pass --allow-other-hardware to price with "
+                            "it anyway")  # fmt: skip
+        return (
+            f"WARNING: calibration from other hardware ({why}); its times are not this hardware's"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in args
-    as_cycle = "--cycle" in args
-    args = [a for a in args if a not in ("--json", "--cycle")]
+    flags = ("--json", "--cycle", "--brief", "--allow-other-hardware")
+    as_json, as_cycle, brief, allow_other = (f in args for f in flags)
+    args = [a for a in args if a not in flags]
     if any(a in ("-h", "--help") for a in args):
         print(USAGE + "\n\n" + (__doc__ or "").strip())
         return 0
     calibration = [a for a in args if a.startswith("calibration=")]
     args = [a for a in args if not a.startswith("calibration=")]
     try:
+        args, why_point = _take_value(args, "--why")
         measured = None
         if calibration:
             from harness.plan.calibration import calibration_from
 
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
-        rows = plan(args, measured)
+        configs = job_configs(args)
+        warning = _calibration_warning(measured, configs, allow_other)
+        rows = [plan_row(cfg, measured) for cfg in configs]
+        add_speedups(rows)
+        dicts = [r.to_dict() for r in rows]
+        if why_point is not None:
+            dicts = rows_at(dicts, why_point)
     except (PlanError, ValueError) as e:
         print(f"[harness.plan] refused: {e}", file=sys.stderr)
         return EXIT_INVALID
@@ -242,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[harness.plan] refused: {e}", file=sys.stderr)
             return EXIT_INVALID
         raise
-    dicts = [r.to_dict() for r in rows]
+    if warning:  # the first line a reader sees (stderr beside JSON, which must parse)
+        print(warning, file=sys.stderr if as_json else sys.stdout)
     if as_cycle and not as_json:
         from harness.plan.cycle import format_cycle
 
@@ -252,16 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if as_json:
         print(json.dumps(dicts, indent=1))
-    else:
+    elif why_point is not None:
         print(format_table(dicts))
-        why = format_why(dicts)
-        if why:
-            print("\nwhy each baseline's predicted step differs from yafsdp's (term by term):")
-            print(why)
-        constants = format_constants(dicts)
-        if constants:
-            print()
-            print(constants)
-        if measured is not None:
-            print(f"calibration: measured figures from {measured.source}")
+        print(
+            format_why(dicts) or "no yafsdp row with a baseline at this point: nothing to explain"
+        )
+    else:
+        _print_plan(dicts, brief, measured)
     return 0

@@ -35,3 +35,29 @@ def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
     else:
         fix = f"the smallest ckpt_layers that fits is {smallest}: use ckpt_layers={smallest}"
     return f"{line}; does not fit", [f"{need}; {fix}"]
+
+
+def predicted_gpu_hours(cfg: JobConfig) -> dict[str, float] | None:
+    """The planner's step time for the job and its GPU-hours: every step it runs (warm-up,
+    timed, profiled) times the step time times its GPUs; start-up (process launch, model
+    build, NCCL set-up) is not priced. None where the profile has no time figures (CPU)."""
+    from harness.plan.planner import predict_time
+
+    try:
+        time = predict_time(cfg)
+    except (KeyError, ValueError):
+        return None
+    if time is None:
+        return None
+    profiled = cfg.profile.warmup + cfg.profile.steps if cfg.profile.steps > 0 else 0
+    steps = cfg.warmup_steps + cfg.steps + profiled
+    hours = time.iteration_time_s * steps * cfg.gpus / 3600
+    return {"iteration_time_s": time.iteration_time_s, "steps": steps, "gpu_hours": hours}
+
+
+def gpu_hours_text(predicted: dict[str, float], gpus: int) -> str:
+    """`5.71 s/step x 28 steps x 256 GPUs = 11.4 GPU-hours`."""
+    return (
+        f"{predicted['iteration_time_s']:.3g} s/step x {predicted['steps']:g} steps x {gpus} "
+        f"GPUs = {predicted['gpu_hours']:.3g} GPU-hours"
+    )

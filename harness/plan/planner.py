@@ -67,6 +67,7 @@ class PlanRow:
             "peak_moment": self.memory.moment,
             "device_memory_bytes": int(c.device_memory_gb * GIB) or None,
             "fits": self.fits,
+            "fit_verdict": fit_verdict(self),
             "min_ckpt_layers_to_fit": self.min_ckpt_layers_to_fit,
             "iteration_time_s": t.iteration_time_s if t else None,
             "compute_s": t.compute_s if t else None,
@@ -260,7 +261,8 @@ def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, 
     for key in NETWORK_CONSTANTS:
         value = getattr(spec.network, key)
         if run is not None:
-            origin = f"measured: {run.origin} ({run.world_size} ranks); replaced by its times"
+            origin = (f"replaced by the calibration: {run.origin} measured these collectives' "
+                      f"times on {run.world_size} ranks; this figure is not used")  # fmt: skip
         else:
             origin = source(key)
         out[f"network.{key}"] = {"value": value, "origin": origin}
@@ -380,6 +382,17 @@ def memory_note(row: PlanRow) -> str | None:
     if row.allocator is not None and (note := retry_note(engine, row.allocator, gib, price)):
         return note
     return near_capacity(row)
+
+
+def fit_verdict(row: PlanRow) -> str | None:
+    """The fit: "yes", "tight" (a peak at NEAR_CAPACITY of the device or more leaves too little for
+    the CUDA context, NCCL's buffers and fragmentation), "NO", or None (no device memory)."""
+    have = row.cfg.device_memory_gb * GIB
+    if row.fits is None or not have:
+        return None
+    if not row.fits:
+        return "NO"
+    return "tight" if row.memory.peak_bytes >= NEAR_CAPACITY * have else "yes"
 
 
 def near_capacity(row: PlanRow) -> str | None:

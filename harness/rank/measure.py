@@ -53,6 +53,21 @@ class Run:
         check_limit(cfg.memory_limit_gb, self.session.device)
 
 
+def log_step(run: Run, step: int, seconds: float, phase: str) -> None:
+    """With `verbose=true`, rank 0 logs each step as torchtitan does (`step: 3  loss: ...`),
+    into its log, which the console streams. Reading the loss waits for the step's work,
+    so the timed steps log after their timer stops."""
+    session = run.session
+    if not session.cfg.verbose or session.rank != 0 or not run.losses:
+        return
+    cfg = session.cfg
+    loss = float(run.losses[-1].detach().float().item())
+    norm = f"  grad_norm: {float(run.grad_norms[-1].item()):7.4f}" if run.grad_norms else ""
+    tokens = cfg.micro_batch * cfg.seq_len * cfg.grad_accum
+    print(f"step: {step + 1:2}  loss: {loss:7.4f}{norm}  time: {seconds:.3f}s  "
+          f"tps: {tokens / seconds:,.0f}  ({phase})", flush=True)  # fmt: skip
+
+
 @dataclass
 class WarmedUp:
     run: Run
@@ -76,7 +91,9 @@ def build_and_warm_up(
 
     def warm_up(run: Run, step: int) -> None:
         report(f"warm-up {step + 1}/{cfg.warmup_steps}")
+        start = time.perf_counter()
         run.step(step)
+        log_step(run, step, time.perf_counter() - start, "warm-up")
 
     tracked = min(cfg.warmup_steps, MEMORY_TRACKED_STEPS)
     cpu_allocated, build_peaks = None, None
@@ -125,6 +142,7 @@ def timed_steps(run: Run, report: Report) -> Timed:
         synchronize(device)
         step_times.append(time.perf_counter() - start)
         window.after_step()  # outside the timer
+        log_step(run, s, step_times[-1], "timed")
     return Timed(step_times, peak_rss_bytes(), rss_scope, window.stop())
 
 
@@ -230,3 +248,19 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
     paths = [trace_path(job_dir, r) for r in range(session.world_size)]
     sync_events = session.device.type == "cuda" and cfg.profile.cuda_sync_events
     return {"traces": [str(p.relative_to(job_dir)) for p in paths], "cuda_sync_events": sync_events}
+
+
+def memory_snapshot_pass(run: Run, job_dir: Path, report: Report) -> Path | None:
+    """`memory_snapshot=true`: two more steps with the CUDA allocator's history recorded,
+    dumped for pytorch.org/memory_viz (harness.rank.memory_snapshot); never timed."""
+    session = run.session
+    cfg = session.cfg
+    if not cfg.memory_snapshot:
+        return None
+    from harness.rank.memory_snapshot import STEPS, record_snapshot, snapshot_path
+
+    report("memory snapshot")
+    first = cfg.warmup_steps + cfg.steps + cfg.profile.warmup + max(cfg.profile.steps, 0)
+    counter = iter(range(first, first + STEPS))
+    return record_snapshot(lambda: run.step(next(counter)), session.device,
+                           snapshot_path(job_dir, session.rank))  # fmt: skip

@@ -78,6 +78,7 @@ def train(cfg: JobConfig, job_dir: Path, place: Placement) -> Result | None:
     if timed.window is not None:  # a collective, before the profiled pass (as the above)
         interference = reduce_interference(timed.window, device, place.local_rank)
     profile = measure.profiled_pass(warmed.run, job_dir, report)
+    measure.memory_snapshot_pass(warmed.run, job_dir, report)
     if rank != 0:
         return None
     session = warmed.run.session

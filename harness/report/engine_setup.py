@@ -69,33 +69,55 @@ def _settings_of(cell: Any) -> dict[str, Any] | None:
     return cell if isinstance(cell, dict) else None  # None or NaN: none recorded
 
 
+def _job_names(row: pd.Series) -> tuple[str, str]:
+    """A job's short name (its model) and its long one (model, seq-len, checkpointed layers)."""
+
+    def shown(key: str) -> str:
+        value = row.get(key)
+        if isinstance(value, float) and value.is_integer():  # a column with gaps is float
+            value = int(value)
+        return "?" if value is None or value != value else str(value)
+
+    model = shown("model")
+    return model, f"{model} seq {shown('seq_len')} ckpt {shown('ckpt_layers')}"
+
+
+def _cell(values: dict[str, list[tuple[str, str]]]) -> str:
+    """One value as it is; several, each after the jobs that recorded it (by model where
+    that tells them apart, else by model, seq-len and checkpointed layers), one a line."""
+    if not values:
+        return NOT_SET
+    if len(values) == 1:
+        return next(iter(values))
+    short = {v: sorted({s for s, _ in jobs}) for v, jobs in values.items()}
+    distinct = all(not set(a) & set(b) for a, b in _pairs(list(short.values())))
+    names = short if distinct else {v: sorted({lg for _, lg in jobs}) for v, jobs in values.items()}
+    return "<br>".join(f"{', '.join(names[v])}: {v}" for v in values)
+
+
+def _pairs(items: list[Any]) -> list[tuple[Any, Any]]:
+    return [(a, b) for i, a in enumerate(items) for b in items[i + 1 :]]
+
+
 def engine_setup_table(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Header (setting, then one column per engine) and rows; a setting that differs
-    between one engine's jobs lists its values, one that an engine lacks is `—`."""
+    between one engine's jobs lists its values with the jobs of each, one that an engine
+    lacks is `—`."""
     if df.empty or SETTINGS_COLUMN not in df.columns:
         return [], []
-    by_engine: dict[str, dict[str, list[str]]] = {}
+    by_engine: dict[str, dict[str, dict[str, list[tuple[str, str]]]]] = {}
     for _, row in df.iterrows():
         settings = _settings_of(row[SETTINGS_COLUMN])
         if settings is None:
             continue
         seen = by_engine.setdefault(str(row["engine"]), {})
         for key, value in settings.items():
-            cell = compact(value)
-            values = seen.setdefault(key, [])
-            if cell not in values:
-                values.append(cell)
+            seen.setdefault(key, {}).setdefault(compact(value), []).append(_job_names(row))
     if not by_engine:
         return [], []
     engines = sorted(by_engine, key=engine_order)
     keys: list[str] = []
     for engine in engines:
         keys += [k for k in by_engine[engine] if k not in keys]
-    rows = []
-    for key in keys:
-        cells = []
-        for engine in engines:
-            shown = by_engine[engine].get(key)
-            cells.append(" / ".join(shown) if shown else NOT_SET)
-        rows.append([key, *cells])
+    rows = [[key, *[_cell(by_engine[e].get(key, {})) for e in engines]] for key in keys]
     return ["setting", *engines], rows

@@ -50,8 +50,9 @@ def sweep_timeline_caption(
     if point is None:
         return f"sweep timeline `{file_name}`"
     setting = f" ({point.setting.label()})" if several_settings else ""
+    layers = "layer" if str(point.ckpt_layers) == "1" else "layers"
     return (
         f"{point.model}, {point.gpus} GPUs, seq-len {point.seq_len}, "
-        f"{point.ckpt_layers} checkpointed layers{setting}: every engine, one profiled step "
+        f"{point.ckpt_layers} checkpointed {layers}{setting}: every engine, one profiled step "
         "on the same time scale"
     )

@@ -102,6 +102,13 @@ def _draw_memory(report: ReportJobs, out_dir: Path) -> str | None:
     return png.relative_to(out_dir).as_posix() if png else None
 
 
+def _picture_order(point: GridPoint | None, name: str) -> tuple[object, ...]:
+    """A sweep's pictures in the tables' order; pictures of no known point last, by name."""
+    from harness.results.timelines import table_order
+
+    return (0, table_order(point), name) if point is not None else (1, (), name)
+
+
 def _copy_timelines(report: ReportJobs, out_dir: Path) -> list[Timeline]:
     """Every job's and sweep's timeline pictures, copied beside the report; a sweep's are
     captioned by the grid point its timeline index says each shows."""
@@ -115,7 +122,8 @@ def _copy_timelines(report: ReportJobs, out_dir: Path) -> list[Timeline]:
         jobs = all_jobs[all_jobs["sweep"] == str(sweep)] if not all_jobs.empty else all_jobs
         points = [GridPoint.of({c: value(r, c) for c in MATCH_COLUMNS}) for _, r in jobs.iterrows()]
         shown = sweep_timelines(sweep, points)
-        for png in sorted((Path(sweep) / TIMELINE_DIR).glob("*.png")):
+        drawn = (Path(sweep) / TIMELINE_DIR).glob("*.png")
+        for png in sorted(drawn, key=lambda p: _picture_order(shown.get(p.name), p.name)):
             point = shown.get(png.name)
             caption = sweep_timeline_caption(
                 point, png.name, several_settings=report.several_settings

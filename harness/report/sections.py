@@ -289,14 +289,22 @@ def memory(r: ReportJobs, pictures: Pictures) -> list[str]:
 
 
 def throughput(r: ReportJobs) -> list[str]:
+    from harness.report.cpu_peak import cpu_peaks
+
     table = throughput_table(r.jobs, several_settings=r.several_settings)
-    return [
+    blocks = [
         "## Throughput and MFU",
         "MFU = FLOPs per token (6N' + 12·L·d·T, N' = parameters without the token "
         "embedding) × tokens/s per device / the device's peak. The peak's source is "
         "named: a datasheet figure on GPUs, a matmul measured at start-up on CPU.",
-        md_table(*table) if table[1] else "No finished job.",
     ]
+    for (host, threads), peak in cpu_peaks(r.jobs).items():
+        blocks.append(
+            f"CPU peak on {host or 'this host'} ({threads or '?'} threads per rank): "
+            f"{peak.describe()}. Each job measures it at start-up; on a shared machine "
+            "those measurements vary, so every CPU job's MFU here uses this one median."
+        )
+    return [*blocks, md_table(*table) if table[1] else "No finished job."]
 
 
 def overlap(r: ReportJobs) -> list[str]:
@@ -329,6 +337,11 @@ def loss(r: ReportJobs) -> list[str]:
         "reduction order and shard boundaries; bf16 keeps 8 significant bits, 0.4% per "
         "rounding), which stays well inside these bounds over a short run; a lost or "
         "double-counted gradient reduction or a wrong scale does not.",
+        "The data are random tokens (uniform over the vocabulary, drawn from the seed, "
+        "the same for every engine; `harness/rank/data.py`), on CPU and GPU alike: there "
+        "is nothing to learn, so a loss that stays near ln(vocabulary) or rises over a few "
+        "steps is expected, not a bug. This section checks that engines agree, not that "
+        "the loss falls.",
     ]
     mismatches = [p for p in r.parity if p.mismatch]
     if mismatches:

@@ -221,10 +221,17 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
 
 
 def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
+    from harness.report.cpu_peak import cpu_mfu, cpu_peaks
+
+    peaks = cpu_peaks(df)  # CPU jobs: one peak per machine, not each job's own
+
     def cells(row: pd.Series) -> list[object]:
-        mfu = metric(row, "mfu")
+        mfu = cpu_mfu(row, peaks)
+        mfu = metric(row, "mfu") if mfu is None else mfu
         peak = metric(row, "peak_flops_per_device")
         source = metric(row, "peak_flops_source") or "source not recorded"
+        if cpu_mfu(row, peaks) is not None:
+            source = f"this job's own measurement; MFU uses the sweep's median: {source}"
         return [
             fmt_num(metric(row, "tokens_per_s_per_device"), ",.1f"),
             fmt_num(metric(row, "tflops_per_device"), ".4g"),

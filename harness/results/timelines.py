@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.engines.registry import engine_order
 from harness.jobdir.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.jobdir.result import write_json_atomic
+from harness.models.shapes import MODEL_SHAPES
 from harness.trace.parse import TraceError
 from harness.trace.timeline import plot_timeline
 
@@ -51,6 +53,26 @@ def timeline_names(points: Iterable[GridPoint]) -> dict[GridPoint, str]:
     return {p: f"{p.file_stem(with_setting=stems[p.file_stem()] > 1)}.png" for p in points}
 
 
+def table_order(point: GridPoint) -> tuple[object, ...]:
+    """The report tables' order: model family and size as harness.models.shapes lists them,
+    then gpus, seq-len, checkpointed layers (numbers as numbers), then the setting."""
+    models = list(MODEL_SHAPES)
+    model = (
+        (models.index(point.model), "")
+        if point.model in models
+        else (len(models), str(point.model))
+    )
+
+    def number(v: object) -> float:
+        try:
+            return float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return float("inf")
+
+    rest = (number(point.gpus), number(point.seq_len), number(point.ckpt_layers))
+    return (model, rest, [str(v) for v in point.to_dict().values()])
+
+
 def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
     """One picture per grid point of a sweep, its engines side by side, in <sweep>/timelines/,
     and the index of which point each shows.
@@ -71,10 +93,11 @@ def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
         engine = str(row["engine"])
         if all(e != engine for e, _ in jobs.get(point, [])):
             jobs.setdefault(point, []).append((engine, str(row["job_dir"])))
-    names = timeline_names(sorted(jobs, key=lambda p: [str(v) for v in p.to_dict().values()]))
+    names = timeline_names(sorted(jobs, key=table_order))
     written, drawn = [], {}
     for point, name in names.items():
-        job_dirs = [sweep_dir / job_dir for _, job_dir in sorted(jobs[point])]
+        by_engine = sorted(jobs[point], key=lambda job: (engine_order(job[0]), job[1]))
+        job_dirs = [sweep_dir / job_dir for _, job_dir in by_engine]  # yafsdp first
         try:
             written.append(plot_timeline(job_dirs, out_dir / name))
             drawn[point] = name

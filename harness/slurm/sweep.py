@@ -294,7 +294,7 @@ def _submit(
         if job.submitit_job is not None:
             return
     reason = rerun_reason(job.job_dir, job.config)
-    if reason is None:
+    if reason is None and not job.config.get("rerun"):
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return

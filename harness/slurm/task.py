@@ -16,6 +16,9 @@ from harness.jobdir.paths import JobDir
 from harness.jobdir.rank_outcome import read_rank_outcome, write_rank_outcome
 from harness.slurm import ensure_plugin_importable
 from harness.slurm.rank import export_rank_env
+from harness.sweep import job_dirname  # the job directory's resolver, where Hydra runs the job
+
+job_dirname.register()
 
 log = logging.getLogger(__name__)
 ensure_plugin_importable()

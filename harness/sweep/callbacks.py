@@ -20,6 +20,7 @@ from harness.sweep.dirlock import (
     acquire,
     describe_holder,
 )
+from harness.sweep.empty_dirs import first_existing
 from harness.sweep.order import alternate, checked_repeats
 
 # Exit statuses of `python -m harness`, a single run's and a sweep's alike.
@@ -41,6 +42,7 @@ class ActiveSweep:
     exit_code: int = 0  # set by finish: EXIT_FAILED when a job is not ok (and not allowed)
     not_ok: int = 0  # set by finish: jobs whose status is not ok
     finished: bool = False  # finish has run (once is enough)
+    kept_ancestor: Path | None = None  # the sweep directory's nearest ancestor at the start
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
@@ -125,11 +127,10 @@ class ActiveSweep:
     def _remove_dry_run_traces(self) -> None:
         """Hydra makes the sweep directory and its multirun.yaml even for a dry run."""
         if not self.existed:
+            from harness.sweep.empty_dirs import remove_empty_up_to
+
             (self.sweep_dir / "multirun.yaml").unlink(missing_ok=True)
-            try:
-                self.sweep_dir.rmdir()
-            except OSError:
-                pass
+            remove_empty_up_to(self.sweep_dir, self.kept_ancestor or self.sweep_dir.parent)
 
 
 _active: ActiveSweep | None = None
@@ -179,6 +180,7 @@ class AggregateResults(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         dry_run = bool(config.get("dry_run", False))
         existed = sweep_dir.exists()
+        kept = first_existing(sweep_dir)
         lock = None
         if not dry_run:  # a dry run writes nothing, so it needs no lock
             try:
@@ -197,7 +199,7 @@ class AggregateResults(Callback):
             logging.getLogger("hydra").setLevel(logging.WARNING)
         total, swept = sweep_plan(config)
         console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
-        _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept)
+        _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept, kept_ancestor=kept)
         _active.allow_failures = bool(config.get("allow_failures", False))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

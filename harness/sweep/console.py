@@ -1,13 +1,15 @@
 """What a person sees while jobs run: one line per finished job, progress and ETA.
 
-    [ 7/32] llama_mini gpus=2 seq=256 ckpt=1 fsdp1  ok  0.183 s/step  (elapsed 1:12, ETA 4:05)
+    [ 7/32] llama_mini gpus=2 seq=256 ckpt=1 fsdp1  ok  0.183 s/step  peak 1.21 GiB
+            5,400 tok/s  overlap 43%  (elapsed 1:12, ETA 4:05)          (one line)
 
 On a terminal the running job also has a live line (its phase: build, warm-up, timed steps
 k/N, profile) that the next line replaces; elsewhere (SLURM output, CI logs) only plain
-lines are written. `quiet` keeps only the end-of-sweep summary; `verbose` streams rank 0's
-log as it grows. No progress library: the display is one rewritten line and a counter,
-which tqdm and rich would draw as a bar we do not want, and their plain-file fallbacks
-would need this same code to stay one line per job.
+lines are written. `quiet` keeps only the end-of-sweep summary and failed jobs' lines;
+`verbose` streams rank 0's log (its per-step loss lines) as it grows. No progress
+library: the display is one rewritten line and a counter, which tqdm and rich would draw
+as a bar we do not want, and their plain-file fallbacks would need this same code to stay
+one line per job.
 """
 
 from __future__ import annotations
@@ -122,6 +124,45 @@ class _Unbreakable:
             pass
 
 
+def measures(result: Result, job_dir: Path) -> str:
+    """`  peak 1.21 GiB  5,400 tok/s  overlap 43%`: what an ok job measured, its overlap
+    from its traces (summarised once, into the cache the results table reads next)."""
+    m = result.metrics
+    peak = m.peak_memory_allocated_bytes or m.peak_rss_bytes
+    which = "" if m.peak_memory_allocated_bytes else " RSS"
+    parts = [f"peak{which} {peak / 2**30:.2f} GiB" if peak else "peak -"]
+    tps = m.tokens_per_s_per_device
+    parts.append(f"{tps:,.0f} tok/s" if tps is not None else "tok/s -")
+    parts.append(f"overlap {_overlap(job_dir)}")
+    return "  " + "  ".join(parts)
+
+
+def _overlap(job_dir: Path) -> str:
+    """Overlap % of the job's traces, "-" with none (profile.steps=0), "?" unreadable."""
+    from harness.trace.cache import job_profile
+    from harness.trace.summary import find_traces
+
+    if not find_traces(job_dir):
+        return "- (no trace)"
+    pct = (job_profile(job_dir).get("summary") or {}).get("overlap_pct")
+    if pct is None or pct != pct:  # no communication seen, or NaN
+        return "?"
+    return f"{pct:.0f}%"
+
+
+def planned_gpu_hours(results: list[Result]) -> str:
+    """The dry run's total: the planner's GPU-hours of every job it could price."""
+    priced = [(r.metrics.predicted or {}).get("gpu_hours") for r in results if r.ok]
+    hours = [h for h in priced if isinstance(h, (int, float))]
+    unpriced = len([r for r in results if r.ok]) - len(hours)
+    text = f"planned: {sum(hours):.3g} GPU-hours for {len(hours)} job(s) (the planner's step "
+    text += "time x steps x GPUs; start-up not included)"
+    if unpriced:
+        text += f"; {unpriced} job(s) without a time prediction (CPU, or a profile without "
+        text += "time figures)"
+    return text
+
+
 class Console:
     """Progress of one sweep (total known) or one job (total None) on `stream`."""
 
@@ -217,7 +258,8 @@ class Console:
         line = f"{self._counter()}{label}  {self._verdict(result, job_dir, ran=ran)}"
         dry_run = bool(result.config.get("dry_run"))
         self.finished.append((label, result, job_dir))
-        if not self.quiet:
+        failed = not result.ok and not dry_run  # quiet still says a job failed, and why
+        if not self.quiet or failed:
             self._write(line if dry_run else f"{line}  ({self._timing()})")
         self._job_dir = None
 
@@ -229,7 +271,8 @@ class Console:
         if result.ok:
             t = result.metrics.iteration_time_s
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
-            return text if ran else f"{text}  earlier result kept"
+            text += "" if ran else "  earlier result kept"
+            return text + measures(result, job_dir)
         error = result.error or ""
         # A sweep's line holds one line of it; a single job, with no summary, says it all.
         text = f"{status}: {first_line(error) if self.total is not None else error}"
@@ -276,6 +319,8 @@ class Console:
         else:
             head = f"{what} done: {jobs} in {took}: {by_status}"
         lines = [head]
+        if dry_run:
+            lines.append(planned_gpu_hours([r for _, r, _ in self.finished]))
         for label, result, job_dir in self.finished:
             if result.status not in ("ok", "interrupted"):
                 cause = first_line(result.error, limit=120)

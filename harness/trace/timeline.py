@@ -18,9 +18,11 @@ from harness.jobdir.result import CorruptResultError, read_result  # noqa: E402
 from harness.trace.classify import COMM, COMPUTE, MEMORY  # noqa: E402
 from harness.trace.overlap import Intervals, clip, merge, subtract  # noqa: E402
 from harness.trace.parse import TraceError, load_trace  # noqa: E402
+from harness.trace.phases import BACKWARD, FORWARD, OPTIMIZER, step_phases, thread_titles  # noqa: E402
 from harness.trace.summary import Analysis, analyse, find_traces  # noqa: E402
 
-COLORS = {COMPUTE: "#4C72B0", COMM: "#DD8452", MEMORY: "#55A868", "exposed": "#C44E52"}
+COLORS = {COMPUTE: "#4C72B0", COMM: "#DD8452", MEMORY: "#55A868", "exposed": "#C44E52",
+          FORWARD: "#8FB3D9", BACKWARD: "#B39DDB", OPTIMIZER: "#E0C060"}  # fmt: skip
 _LANE_TITLE = {COMPUTE: "compute", COMM: "comm", MEMORY: "memcpy"}
 
 
@@ -43,7 +45,10 @@ def step_lanes(a: Analysis, step: int) -> tuple[float, float, list[tuple[str, st
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
     lane_key = ev["stream"].to_numpy() if a.kind == "gpu" else ev["tid"].to_numpy().astype(str)
-    lanes: list[tuple[str, str, Intervals]] = []
+    threads = thread_titles(ev, a.trace.thread_names) if a.kind == "cpu" else {}
+    lanes: list[tuple[str, str, Intervals]] = [
+        (f"phase: {phase}", phase, iv) for phase, iv in step_phases(ev, lo, hi).items()
+    ]
     for cls in (COMPUTE, COMM, MEMORY):
         m = a.labels == cls
         for key in sorted(set(lane_key[m].tolist()), key=str):
@@ -54,7 +59,7 @@ def step_lanes(a: Analysis, step: int) -> tuple[float, float, list[tuple[str, st
                 iv = merge(ts[sel], end[sel])
             iv = clip(iv, lo, hi)
             if iv.start.size:
-                where = f"stream {key}" if a.kind == "gpu" else f"thread {key}"
+                where = f"stream {key}" if a.kind == "gpu" else threads.get(key, f"thread {key}")
                 lanes.append((f"{_LANE_TITLE[cls]} ({where})", cls, iv))
     exposed = clip(subtract(a.busy.comm, a.busy.compute), lo, hi)
     lanes.append(("exposed comm", "exposed", exposed))
@@ -106,7 +111,7 @@ def plot_timeline(
     axes[-1, 0].set_xlabel("time since step start (ms)")
     fig.legend(
         handles=[Patch(color=c, label=k) for k, c in COLORS.items()],
-        loc="upper right", ncol=4, fontsize=8,
+        loc="upper right", ncol=7, fontsize=8,
     )  # fmt: skip
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     out = Path(out)

@@ -28,7 +28,17 @@ def choice_errors(cfg: JobConfig) -> list[str]:
         one_of("fault.kind", cfg.fault.kind, FAULT_KINDS),
         _model_impl_error(cfg),
         _nccl_on_cpu(cfg),
+        _snapshot_on_cpu(cfg),
     )
+
+
+def _snapshot_on_cpu(cfg: JobConfig) -> str | None:
+    if cfg.memory_snapshot and cfg.device == "cpu":
+        return (
+            "memory_snapshot=true records the CUDA caching allocator's history, which a CPU "
+            "job has not; drop memory_snapshot, or run on GPUs (device=cuda)"
+        )
+    return None
 
 
 def _model_error(cfg: JobConfig) -> str | None:

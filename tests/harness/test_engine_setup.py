@@ -144,3 +144,16 @@ def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
             assert plan.startswith(want) and "budget" in plan and "over " in plan
             seen[want] = plan
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("ckpt_layers", [0, 1])
+def test_fsdp1_names_the_decoder_layer_class_it_wrapped(ckpt_layers: int) -> None:
+    """The class is read before wrapping: after it, every layer is a FullyShardedDataParallel."""
+    from harness.rank.session import Session
+
+    with fake_world(2):
+        cfg = JobConfig(engine=ENGINES["fsdp1"].config(), gpus=2, dtype="fp32",
+                        ckpt_layers=ckpt_layers)  # fmt: skip
+        session = Session.build(cfg, 0, 2, torch.device("cpu"))
+    wrap = session.settings["auto_wrap"]
+    assert wrap == "token embedding, each TransformerBlock, output projection", wrap

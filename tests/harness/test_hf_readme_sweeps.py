@@ -22,7 +22,7 @@ def readme_hf_sweeps() -> list[list[str]]:
     commands = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
-            args = shlex.split(line, comments=True)
+            args = shlex.split(line, comments=True)  # a comment may hold an apostrophe
             if args[1:4] == ["-m", "harness", "-m"] and any("hf_models/" in a for a in args):
                 commands.append(args[3:])
     return commands
@@ -54,8 +54,8 @@ def test_readme_hf_sweep_is_valid_as_written(command: list[str], tmp_path: Path)
 
 
 def test_a_profiled_job_of_a_shipped_config_runs(tmp_path: Path) -> None:
-    # Hydra names the job directory `...model=hf\:sweeps/hf_models/...`: the whole job,
-    # traces included, must work under that name.
+    # The job directory is named `...model=hf-mistral_tiny-<hash>,...` (Hydra's own name
+    # would nest the escaped path); the whole job, traces included, works under it.
     args = [
         "-m",
         "model=hf:sweeps/hf_models/mistral_tiny",
@@ -74,6 +74,7 @@ def test_a_profiled_job_of_a_shipped_config_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (result,) = tmp_path.glob("**/result.json")
     assert read_result(result).ok, read_result(result).error
+    assert result.parent.parent == tmp_path and "model=hf-mistral_tiny-" in result.parent.name
     assert sorted(p.name for p in (result.parent / "traces").glob("rank*.json.gz")) == [
         "rank0.json.gz",
         "rank1.json.gz",

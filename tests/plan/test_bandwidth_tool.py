@@ -46,13 +46,17 @@ def test_the_planner_prices_collectives_with_it_and_says_so(calibration: Path, c
     point = ["hardware=a100_80gb", "model=llama_small", "gpus=2", "engine=yafsdp", "--json"]
     assert plan_main(point) == 0
     (datasheet,) = json.loads(capsys.readouterr().out)
-    assert plan_main([f"calibration={calibration}", *point]) == 0
-    (measured,) = json.loads(capsys.readouterr().out)
+    assert plan_main([f"calibration={calibration}", *point]) == 2  # gloo CPU, not an A100
+    assert "calibration from other hardware" in capsys.readouterr().err
+    assert plan_main([f"calibration={calibration}", "--allow-other-hardware", *point]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("WARNING: calibration from other hardware")
+    (measured,) = json.loads(captured.out)
     # gloo on CPU is far slower than NVLink: collectives take longer, compute does not
     assert measured["comm_s"] > 10 * datasheet["comm_s"]
     assert measured["breakdown"]["compute"] == datasheet["breakdown"]["compute"]
     origin = measured["constants"]["network.nics_per_node"]["origin"]
-    assert origin.startswith("measured:") and str(calibration) in origin
+    assert origin.startswith("replaced by the calibration:") and str(calibration) in origin
     assert datasheet["constants"]["network.nics_per_node"]["origin"].startswith("datasheet")
 
 

@@ -275,7 +275,7 @@ def test_figures_and_timelines_are_embedded_with_relative_links(
         assert (out / link).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "**llama_tiny, 2 GPUs, seq 128, ckpt 0, yafsdp: `timeline.png`**" in text
     assert (
-        "**llama_tiny, 2 GPUs, seq-len 128, 1 checkpointed layers: every engine, one profiled "
+        "**llama_tiny, 2 GPUs, seq-len 128, 1 checkpointed layer: every engine, one profiled "
         "step on the same time scale**"
     ) in text
     assert "**sweep timeline `overview.png`**" in text
@@ -295,7 +295,11 @@ def test_memory_throughput_overlap_and_environment_sections(tmp_path: Path) -> N
     }
     for engine, cells in memory_rows.items():
         assert f"| {engine} | {cells} |" in text
-    assert "| yafsdp | 128.0 | 0.000128 | 1.23% | 0.2 (measured CPU matmul) |" in text
+    # CPU MFU against the sweep's median peak (0.2 TFLOP/s here), not each job's own figure
+    own = "this job's own measurement; MFU uses the sweep's median: measured CPU matmul"
+    assert f"| yafsdp | 128.0 | 0.000128 | 0.06% | 0.2 ({own}) |" in text
+    assert "CPU peak on node1 (1 threads per rank): median 0.2 TFLOP/s of 2 jobs'" in text
+    assert "The data are random tokens" in text.split("## Loss parity")[1]
     overlap = text.split("## Communication overlap")[1].split("\n## ")[0]
     header = "| engine | overlap % | exposed comm / step (s) | comm / step (s) | idle / step (s) |"
     assert header + " traces |" in overlap

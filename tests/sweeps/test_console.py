@@ -38,6 +38,7 @@ def test_a_sweep_prints_one_line_per_job_and_a_summary(tmp_path: Path) -> None:
     label = "llama_tiny gpus=2 seq=32 ckpt=0 local"
     ok = re.compile(
         rf"^\[1/2\] {label} fault\.kind=none  ok  [\d.e-]+ s/step  "
+        r"peak( RSS)? [\d.]+ GiB  [\d,]+ tok/s  overlap (\d+%|\?)  "
         r"\(elapsed \d+:\d\d, ETA \d+:\d\d\)$"
     )
     assert ok.match(lines[0]), lines
@@ -65,8 +66,9 @@ def test_a_sweep_prints_one_line_per_job_and_a_summary(tmp_path: Path) -> None:
 
 def test_quiet_keeps_only_the_summary(tmp_path: Path) -> None:
     proc = multirun(*GRID[:-2], "fault.kind=none", "dry_run=true", "quiet=true", sweep_dir=tmp_path)
-    assert proc.stdout.splitlines()[0].startswith("dry run done: 1 job in "), proc.stdout
-    assert len(proc.stdout.splitlines()) == 1, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("dry run done: 1 job in "), proc.stdout
+    assert len(lines) == 2 and lines[1].startswith("planned: 0 GPU-hours for 0 job(s)"), lines
 
 
 class _Terminal(io.StringIO):
@@ -94,7 +96,9 @@ def test_a_terminal_shows_the_running_jobs_phase_and_a_log_shows_none(tmp_path: 
         assert (f"\r\x1b[K[ 1/32] {label}  timed steps 3/10  (0:00)" in stream.getvalue()) == live
         console.job_finished(label, _result("ok"), tmp_path, ran=True)
         last = stream.getvalue().split("\r\x1b[K")[-1]
-        assert last == f"[ 1/32] {label}  ok  0.183 s/step  (elapsed 0:00, ETA 0:00)\n"
+        measured = "peak -  tok/s -  overlap - (no trace)"
+        head = f"[ 1/32] {label}  ok  0.183 s/step  {measured}  "
+        assert re.fullmatch(re.escape(head) + r"\(elapsed 0:0\d, ETA 0:0\d\)\n", last), last
 
 
 def test_verbose_streams_rank_0s_log(tmp_path: Path) -> None:

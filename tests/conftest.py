@@ -1,0 +1,80 @@
+"""Every test that starts processes is `slow` (`make test-fast` leaves them out; `make test`
+and CI run everything).
+
+A test is marked when it uses a fixture that starts processes (named below, or one whose
+body does as a test's would), or when its body, or a function of its own module that it
+calls (followed two calls deep), calls a helper that starts processes: ranks
+(`run_on_ranks`, `train_jobs`), the harness's command line (`run_module`, `multirun`), any
+subprocess, a gpucheck suite, or a notebook kernel. A test may also be marked by hand with
+`@pytest.mark.slow`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from types import FunctionType, ModuleType
+
+import pytest
+
+PROCESS_FIXTURES = frozenset({"cpu_jobs", "jobs_in_the_repo", "calibration"})
+STARTERS = frozenset({"run_on_ranks", "train_jobs", "run_module", "multirun", "run_harness",
+                      "NotebookClient", "start_processes", "Popen", "check_output"})  # fmt: skip
+_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+# dotted starters: any subprocess; a gpucheck suite, which runs its engines on ranks
+_SUBPROCESS_RUN = re.compile(
+    r"\bsubprocess\.(run|Popen|check_call|check_output)\b|\bsuite_[a-z]\.run\("
+)
+
+
+def _source(fn: object) -> str:
+    try:
+        return inspect.getsource(inspect.unwrap(fn))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return ""
+
+
+def starts_processes(fn: object, module: ModuleType | None, depth: int = 2) -> bool:
+    """Whether `fn` calls a process starter, directly or through its module's functions."""
+    source = _source(fn)
+    if _SUBPROCESS_RUN.search(source):
+        return True
+    called = set(_CALL.findall(source))
+    if called & STARTERS:
+        return True
+    if depth == 0 or module is None:
+        return False
+    for name in called:
+        helper = getattr(module, name, None)
+        helper = inspect.unwrap(helper) if callable(helper) else helper
+        if isinstance(helper, FunctionType) and helper.__module__ == module.__name__:
+            if helper is not inspect.unwrap(fn) and starts_processes(helper, module, depth - 1):
+                return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not isinstance(item, pytest.Function) or item.get_closest_marker("slow"):
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (
+            fixtures & PROCESS_FIXTURES
+            or starts_processes(item.function, item.module)
+            or any(_fixture_starts_processes(item, name) for name in fixtures)
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
+def _fixture_starts_processes(item: pytest.Function, name: str) -> bool:
+    defs = item._fixtureinfo.name2fixturedefs.get(name) or ()
+    for fixturedef in defs:
+        func = getattr(fixturedef, "func", None)
+        module = inspect.getmodule(func) if func is not None else None
+        if (
+            module is not None
+            and module.__name__.startswith("tests")
+            and starts_processes(func, module)
+        ):
+            return True
+    return False
