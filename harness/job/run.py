@@ -102,26 +102,7 @@ def _run_job(
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
-        predicted = None
-        if not errors:
-            from harness.plan.fit import (
-                gpu_hours_text,
-                memory_line_and_errors,
-                predicted_gpu_hours,
-            )
-
-            line, errors = memory_line_and_errors(cfg)
-            predicted = predicted_gpu_hours(cfg)
-            if predicted is not None:
-                line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
-            say(line)
-            errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
-        status = "invalid" if errors else "ok"
-        metrics = {"predicted": predicted} if predicted else None
-        error = "; ".join(errors) or None
-        return JobOutcome(
-            make_result(status=status, config=config, error=error, metrics=metrics), False, job_dir
-        )
+        return JobOutcome(_dry_run_result(cfg, errors, say), False, job_dir)
     stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
     if stray is not None:
         say(stray)
@@ -156,6 +137,25 @@ def _run_job(
         oom_kills=oom_kills_since(oom_kills_before),
     )
     return JobOutcome(result, True, job_dir)
+
+
+def _dry_run_result(cfg: JobConfig, errors: list[str], say: Callable[[str], None]) -> Result:
+    """A dry run's result: the planner's memory row (and GPU-hours) said, and every check
+    the run would make here, this machine's included."""
+    predicted = None
+    if not errors:
+        from harness.plan.fit import gpu_hours_text, memory_line_and_errors, predicted_gpu_hours
+
+        line, errors = memory_line_and_errors(cfg)
+        predicted = predicted_gpu_hours(cfg)
+        if predicted is not None:
+            line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
+        say(line)
+        errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
+    metrics = {"predicted": predicted} if predicted else None
+    status = "invalid" if errors else "ok"
+    return make_result(status=status, config=asdict(cfg), error="; ".join(errors) or None,
+                       metrics=metrics)  # fmt: skip
 
 
 def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:

@@ -226,3 +226,65 @@ def _from_json(d: dict[str, Any]) -> ActivationFootprint:
     layers = {k: LayerFootprint(**d[k]) for k in ("plain", "checkpointed", "projection", "loss")}
     fields: dict[str, Any] = {**d, **layers}  # the byte counts as they were, layers typed
     return ActivationFootprint(**fields)
+
+
+def activation_moments(
+    acts: ActivationFootprint, n_layers: int, ckpt_layers: int
+) -> dict[str, dict[str, int]]:
+    """Activation bytes by class at each moment of forward and backward."""
+
+    def held(upto: int) -> dict[str, int]:
+        """Saved by blocks [0, upto) plus the embedding's output."""
+        ckpt = min(upto, ckpt_layers)
+        return {
+            "activations_checkpointed": acts.embedding_out + ckpt * acts.checkpointed.saved,
+            "activations_plain": (upto - ckpt) * acts.plain.saved,
+        }
+
+    def block(k: int) -> LayerFootprint:
+        return acts.checkpointed if k < ckpt_layers else acts.plain
+
+    def cls(k: int) -> str:
+        return "activations_checkpointed" if k < ckpt_layers else "activations_plain"
+
+    proj, loss = acts.projection, acts.loss
+    moments: dict[str, dict[str, int]] = {}
+    for k in range(n_layers):
+        moments[f"forward: block {k}"] = merge_bytes(held(k), {cls(k): block(k).fwd_peak})
+    every = held(n_layers)
+    moments["forward: projection"] = merge_bytes(every, {"logits_loss": proj.fwd_peak})
+    moments["forward: loss"] = merge_bytes(every, {"logits_loss": proj.saved + loss.fwd_peak})
+    moments["backward: loss"] = merge_bytes(
+        every, {"logits_loss": proj.saved + loss.saved + loss.bwd_peak}
+    )
+    # the gradient of the logits (their size) comes in; the logits stay referenced
+    moments["backward: projection"] = merge_bytes(
+        every, {"logits_loss": proj.saved + acts.logits + proj.bwd_peak}
+    )
+    moments["backward: output reduce"] = merge_bytes(
+        every, {"logits_loss": acts.logits, cls(n_layers - 1): acts.hidden_grad}
+    )
+    for k in reversed(range(n_layers)):
+        moments[f"backward: block {k}"] = merge_bytes(
+            held(k + 1),
+            {cls(k): acts.hidden_grad + block(k).bwd_peak, "logits_loss": acts.logits},
+        )
+        # After the block's backward its saved activations are gone; what an engine does
+        # with its gradients next (FSDP's reduce-scatter) happens here.
+        moments[f"backward: block {k} reduce"] = merge_bytes(
+            held(k), {cls(k): acts.hidden_grad, "logits_loss": acts.logits}
+        )
+    moments["backward: embedding"] = {
+        "activations_checkpointed": acts.embedding_out + acts.hidden_grad,
+        "logits_loss": acts.logits,
+    }
+    moments["backward: embedding reduce"] = {"logits_loss": acts.logits}
+    return moments
+
+
+def merge_bytes(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    """Bytes by class of `a` and `b` held together."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out

@@ -17,9 +17,9 @@ from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
 from harness.plan.activations import (
     DTYPE_BYTES,
-    ActivationFootprint,
-    LayerFootprint,
     activation_footprint,
+    activation_moments,
+    merge_bytes,
 )
 from harness.plan.units import Units, fsdp1_units, fsdp2_units
 from harness.plan.yafsdp_layout import yafsdp_layout
@@ -82,15 +82,15 @@ def moments_by_class(case: MemoryCase) -> dict[str, dict[str, int]]:
     acts = activation_footprint(
         case.model, case.seq_len, case.micro_batch, case.dtype, case.model_impl
     )
-    timeline = _activation_moments(acts, shape.n_layers, case.ckpt_layers)
+    timeline = activation_moments(acts, shape.n_layers, case.ckpt_layers)
     static, in_flight = engine_memory(case)
     static = {**static, "overhead": case.overhead_bytes}
     moments: dict[str, dict[str, int]] = {}
     for name, held in timeline.items():
-        moments[name] = _merge(_merge(static, held), in_flight.get(_phase(name), {}))
+        moments[name] = merge_bytes(merge_bytes(static, held), in_flight.get(_phase(name), {}))
     for name, extra in in_flight.items():  # engine moments without activations
         if name.startswith("after"):
-            moments[name] = _merge(static, extra)
+            moments[name] = merge_bytes(static, extra)
     return moments
 
 
@@ -116,71 +116,10 @@ def held_all_step(case: MemoryCase) -> dict[str, int]:
     return engine_memory(case)[0]
 
 
-def _merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + v
-    return out
-
-
 def _phase(moment: str) -> str:
     """`backward: block 5 reduce` -> `backward: block reduce` (engines hold the same at
     every block)."""
     return " ".join(word for word in moment.split(" ") if not word.isdigit())
-
-
-def _activation_moments(
-    acts: ActivationFootprint, n_layers: int, ckpt_layers: int
-) -> dict[str, dict[str, int]]:
-    """Activation bytes by class at each moment of forward and backward."""
-
-    def held(upto: int) -> dict[str, int]:
-        """Saved by blocks [0, upto) plus the embedding's output."""
-        ckpt = min(upto, ckpt_layers)
-        return {
-            "activations_checkpointed": acts.embedding_out + ckpt * acts.checkpointed.saved,
-            "activations_plain": (upto - ckpt) * acts.plain.saved,
-        }
-
-    def block(k: int) -> LayerFootprint:
-        return acts.checkpointed if k < ckpt_layers else acts.plain
-
-    def cls(k: int) -> str:
-        return "activations_checkpointed" if k < ckpt_layers else "activations_plain"
-
-    proj, loss = acts.projection, acts.loss
-    moments: dict[str, dict[str, int]] = {}
-    for k in range(n_layers):
-        moments[f"forward: block {k}"] = _merge(held(k), {cls(k): block(k).fwd_peak})
-    every = held(n_layers)
-    moments["forward: projection"] = _merge(every, {"logits_loss": proj.fwd_peak})
-    moments["forward: loss"] = _merge(every, {"logits_loss": proj.saved + loss.fwd_peak})
-    moments["backward: loss"] = _merge(
-        every, {"logits_loss": proj.saved + loss.saved + loss.bwd_peak}
-    )
-    # the gradient of the logits (their size) comes in; the logits stay referenced
-    moments["backward: projection"] = _merge(
-        every, {"logits_loss": proj.saved + acts.logits + proj.bwd_peak}
-    )
-    moments["backward: output reduce"] = _merge(
-        every, {"logits_loss": acts.logits, cls(n_layers - 1): acts.hidden_grad}
-    )
-    for k in reversed(range(n_layers)):
-        moments[f"backward: block {k}"] = _merge(
-            held(k + 1),
-            {cls(k): acts.hidden_grad + block(k).bwd_peak, "logits_loss": acts.logits},
-        )
-        # After the block's backward its saved activations are gone; what an engine does
-        # with its gradients next (FSDP's reduce-scatter) happens here.
-        moments[f"backward: block {k} reduce"] = _merge(
-            held(k), {cls(k): acts.hidden_grad, "logits_loss": acts.logits}
-        )
-    moments["backward: embedding"] = {
-        "activations_checkpointed": acts.embedding_out + acts.hidden_grad,
-        "logits_loss": acts.logits,
-    }
-    moments["backward: embedding reduce"] = {"logits_loss": acts.logits}
-    return moments
 
 
 # ---- engines: (held all step, {phase: held during that phase}) ---------------------------
@@ -305,18 +244,18 @@ def _fsdp(
         "forward: loss": {"unsharded_weights": kept},
         "backward: loss": {"unsharded_weights": kept},
         "backward: projection": {"unsharded_weights": out + block, "unsharded_grads": out},
-        "backward: output reduce": _merge(
+        "backward: output reduce": merge_bytes(
             {"unsharded_weights": block, "unsharded_grads": grads * out}, reduce(units.output)
         ),
-        "backward: block": _merge(
+        "backward: block": merge_bytes(
             {"unsharded_weights": 2 * block, "unsharded_grads": grads * block}, previous_rs
         ),
-        "backward: block reduce": _merge(
+        "backward: block reduce": merge_bytes(
             {"unsharded_weights": block, "unsharded_grads": grads * block},
-            _merge(reduce(units.block), previous_rs),
+            merge_bytes(reduce(units.block), previous_rs),
         ),
         "backward: embedding": {"unsharded_weights": emb, "unsharded_grads": grads * emb},
-        "backward: embedding reduce": _merge(
+        "backward: embedding reduce": merge_bytes(
             {"unsharded_grads": grads * emb}, reduce(units.embedding)
         ),
     }

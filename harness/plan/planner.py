@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.config import DeviceSpec, JobConfig
+from harness.config import JobConfig
 from harness.models.shapes import shape_of
 from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
 from harness.plan.calibration import Calibration
+from harness.plan.constants import constants
 from harness.plan.give_way import GiveWayConstants
 from harness.plan.memory import (
     MemoryCase,
@@ -232,63 +233,6 @@ def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEst
     if net is None or not spec.knows_time():
         return None
     return estimate_time(time_case(cfg, measured), spec, net)
-
-
-# The profile's figures each prediction uses; the network's are replaced by a calibration.
-COMPUTE_CONSTANTS = ("peak_tflops", "memory_gbps", "memory_efficiency", "kernel_floor_us",
-                     "gemm_efficiency", "gemm_tile", "sm_count", "attention_tflops",
-                     "launch_us", "hook_us", "nccl_sms")  # fmt: skip
-NETWORK_CONSTANTS = ("nvlink_channels", "nvlink_channel_gbps", "nics_per_node", "nic_gbps",
-                     "nic_efficiency", "node_decline_per_doubling", "base_latency_us",
-                     "nvlink_step_us", "net_step_us", "net_overhead_us", "ll_max_gbps")  # fmt: skip
-
-
-def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, dict[str, Any]]:
-    """Each figure the prediction rests on: its value and whether it was measured (and
-    where) or comes from a datasheet or publication (the profile's named source)."""
-    spec = cfg.device_spec
-    out: dict[str, dict[str, Any]] = {}
-
-    def source(key: str) -> str:
-        named = spec.sources.get(key) or spec.sources.get(f"network.{key}")
-        if named is None:  # sources name the first field of a group
-            named = _group_source(spec, key)
-        return f"datasheet/publication: {named}" if named else "no source named"
-
-    for key in COMPUTE_CONSTANTS:
-        out[key] = {"value": getattr(spec, key), "origin": source(key)}
-    run = measured.for_world(cfg.gpus) if measured else None
-    for key in NETWORK_CONSTANTS:
-        value = getattr(spec.network, key)
-        if run is not None:
-            origin = (f"replaced by the calibration: {run.origin} measured these collectives' "
-                      f"times on {run.world_size} ranks; this figure is not used")  # fmt: skip
-        else:
-            origin = source(key)
-        out[f"network.{key}"] = {"value": value, "origin": origin}
-    outside = measured.outside_allocator_bytes if measured else None
-    out["overhead_bytes"] = {
-        "value": outside or 0,
-        "origin": f"measured: {measured.source}" if outside is not None and measured
-        else "not measured: 0 (memory outside the caching allocator)",
-    }  # fmt: skip
-    return out
-
-
-# Fields whose source the profile gives once, under the first field of their group.
-_GROUPS = {
-    "gemm_tile": "gemm_tile",
-    "nvlink_channel_gbps": "network.nvlink_channels",
-    "nic_gbps": "network.nics_per_node",
-    "nvlink_step_us": "network.base_latency_us",
-    "net_step_us": "network.base_latency_us",
-    "attention_seq": "attention_tflops",
-}
-
-
-def _group_source(spec: DeviceSpec, key: str) -> str | None:
-    group = _GROUPS.get(key)
-    return spec.sources.get(group) if group else None
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:

@@ -13,13 +13,13 @@ import pandas as pd  # noqa: E402
 
 from harness.jobdir.grid_point import GridPoint  # noqa: E402
 from harness.report.compare import (  # noqa: E402
-    Speedup,
     engine_rank,
     match_key,
     metric,
     model_display,
     sort_jobs,
 )
+from harness.report.speedups import Speedup  # noqa: E402
 
 
 def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | None:
@@ -47,13 +47,9 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
             xs.append(group - 0.4 + width * (i + 0.5))
             y = r.speedup_pct or 0.0  # rows without a speedup were left out above
             ys.append(y)
-            e = r.estimate
-            if e is not None and e.low_pct is not None and e.high_pct is not None:
-                errs[0].append(y - e.low_pct)
-                errs[1].append(e.high_pct - y)
-            else:
-                errs[0].append(r.spread_pct or 0.0)
-                errs[1].append(r.spread_pct or 0.0)
+            low, high = _whisker(r, y)
+            errs[0].append(low)
+            errs[1].append(high)
             hatches.append("" if r.significant else "//")
         bars = ax.bar(xs, ys, width, yerr=errs, capsize=3, label=f"seq {seq}")
         for bar, hatch in zip(bars, hatches, strict=True):
@@ -84,6 +80,14 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _whisker(r: Speedup, y: float) -> tuple[float, float]:
+    """(below, above) the bar: the interval over repeats, else ± the step spread."""
+    e = r.estimate
+    if e is not None and e.low_pct is not None and e.high_pct is not None:
+        return y - e.low_pct, e.high_pct - y
+    return r.spread_pct or 0.0, r.spread_pct or 0.0
 
 
 def primary_memory(row: pd.Series) -> tuple[float | None, str]:

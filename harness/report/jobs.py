@@ -13,14 +13,13 @@ from harness.jobdir.grid_point import Setting
 from harness.report.compare import (
     BASELINES,
     LossParity,
-    Speedup,
     loss_parity,
     match_key,
     select_runs,
     sort_jobs,
-    speedups,
     twin_labels,
 )
+from harness.report.speedups import Speedup, speedups
 
 
 @dataclass

@@ -18,7 +18,6 @@ from harness.report.compare import (
     STATUS_CELL,
     YAFSDP,
     LossParity,
-    Speedup,
     as_int,
     match_key,
     metric,
@@ -30,6 +29,7 @@ from harness.report.compare import (
 from harness.report.figures import primary_memory
 from harness.report.interference import interference_cell
 from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.speedups import Speedup
 from harness.results.table import PROFILE_PREFIX
 
 PUBLISHED_HEADER = [

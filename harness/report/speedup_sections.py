@@ -1,0 +1,172 @@
+"""The report's speedup sections as markdown: the published-format tables, their noise
+legend and notes, the A/A verdict, and the why (predicted and measured) under each table."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report.compare import (
+    BASELINES,
+    STATUS_CELL,
+    YAFSDP,
+    baseline_title,
+    metric,
+    point_label,
+)
+from harness.report.jobs import ReportJobs
+from harness.report.markdown import bullets, md_table
+from harness.report.measured import Measured, measured_block
+from harness.report.pictures import Pictures
+from harness.report.significance import METHOD
+from harness.report.speedups import MIN_STEPS_FOR_SPREAD, Speedup
+from harness.report.tables import (
+    FLAG,
+    speedup_table,
+)
+
+NOISE_LEGEND = (
+    "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time of a run. With "
+    "`repeats=N` each engine ran N times at each point, the engines taking turns; the "
+    "speedup is measured per repeat (repeat r of YaFSDP against repeat r of the baseline, "
+    "which ran beside it) and the cell gives their mean, its 95% confidence interval "
+    f"({METHOD}: mean ± t(0.975, n-1) · sd / √n over the n per-repeat speedups) and n: "
+    "`9.92% [7.1, 12.5], 3 repeats`. The verdict is significant only when the interval "
+    "excludes 0; **n.s.** (not significant) where it holds 0. With 1 repeat, run-to-run "
+    "noise was not measured and no verdict is given. The times are the median over the "
+    f"runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
+    "largest p10-p90 step-time range of the runs (in % of T_fsdp), so step-to-step "
+    "variation inside a job could produce it (with fewer than "
+    f"{MIN_STEPS_FOR_SPREAD} timed steps the spread says nothing of that variation: *too few "
+    "for the step spread to judge*); *uneven interference*: the point's runs met "
+    "very different loads from other processes (see below the table). A failed job shows its "
+    f"status ({', '.join(f'`{c}`' for c in STATUS_CELL.values())}); `—` means no such job "
+    "in the sweep."
+)
+
+
+def published_tables(
+    r: ReportJobs, pictures: Pictures, measured: Measured | None = None
+) -> list[str]:
+    """The speedup tables; under each, why: predicted, and `measured` from the traces
+    (`harness.report.measured`; None: not looked at, so no measured block)."""
+    blocks = ["## Speedup tables (the YaFSDP README's format)"]
+    df = r.jobs
+    present = r.baselines()
+    if not present:
+        engines = ", ".join(sorted(df["engine"].dropna().unique())) if not df.empty else ""
+        return [
+            *blocks,
+            f"No engine to compare yafsdp with ({', '.join(BASELINES)}) in these sweeps, "
+            "so there is no "
+            f"speedup to show. Engines found: {engines or 'none'}.",
+        ]
+    if df.empty or not (df["engine"] == YAFSDP).any():
+        blocks.append(
+            "**YaFSDP did not run in these sweeps**: every speedup below is `—` (missing)."
+        )
+    blocks.append(NOISE_LEGEND)
+    for baseline in present:
+        blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
+        for setting, rows in r.speedup_tables(baseline):
+            blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows))]
+            gaps = _gaps(rows, baseline)
+            if gaps:
+                blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
+            blocks += noise_notes(rows)
+            if baseline not in BASELINES:
+                blocks.append(aa_verdict(rows))
+            link = pictures.speedup.get((baseline, setting))
+            if link:
+                blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
+            blocks += why_block(rows, baseline)
+            if measured is not None:
+                blocks += measured_block(rows, baseline, measured, predicted_terms)
+    return blocks
+
+
+def aa_verdict(rows: list[Speedup]) -> str:
+    """An A/A check's verdict: the same job under two labels must not differ."""
+    measured = [r for r in rows if r.significant is not None]
+    hits = [r for r in measured if r.significant]
+    if not measured:
+        return (
+            "**A/A verdict: not measured** (no point has 2 or more repeats on both labels; "
+            "run with repeats>=2)."
+        )
+    if not hits:
+        return (
+            f"**A/A verdict: not significant** at all {len(measured)} point(s): the same "
+            "engine under two labels showed no difference beyond run-to-run noise, as it "
+            "must."
+        )
+    return (
+        f"**A/A verdict: significant at {len(hits)} of {len(measured)} point(s)**: the same "
+        "engine differed from itself. About 1 point in 20 does so by chance at 95% "
+        "confidence; more means this machine's noise is not what the interval assumes "
+        "(drift within a point, say), and its verdicts should not be trusted."
+    )
+
+
+def noise_notes(rows: list[Speedup]) -> list[str]:
+    """What the table cannot say: noise not measured, points under uneven interference."""
+    notes = []
+    single = [r for r in rows if r.repeats == 1]
+    if single:
+        which = "every point" if len(single) == len(rows) else f"{len(single)} point(s)"
+        notes.append(
+            f"**Run-to-run noise was not measured** at {which} (1 repeat): a second run on "
+            "the same machine may differ by more than these steps do, so no speedup here is "
+            "a verdict. Run with `repeats=3` (or more) for intervals."
+        )
+    uneven = [f"{point_label(r.key)}: {r.interference}" for r in rows if r.interference]
+    if uneven:
+        notes.append(
+            f"{FLAG} Uneven interference (other processes' load differed very much between "
+            "the runs compared):\n" + bullets(uneven)
+        )
+    return notes
+
+
+def why_block(rows: list[Speedup], baseline: str) -> list[str]:
+    """Beside the measured speedups, the planner's: by how much and why, term by term
+    (the lines `python -m harness.plan` prints, from each job's recorded prediction)."""
+    from harness.plan.explain import why_lines
+
+    explained = []
+    for row in rows:
+        if row.yafsdp is None or row.baseline is None:
+            continue
+        mine, theirs = predicted_terms(row.yafsdp), predicted_terms(row.baseline)
+        if mine is None or theirs is None:
+            continue
+        t_y, t_b = mine["iteration_time_s"], theirs["iteration_time_s"]
+        measured = "—" if row.speedup_pct is None else f"{row.speedup_pct:+.1f}%"
+        explained.append(f"{point_label(row.key)}: measured speedup {measured}, predicted "
+                         f"{(t_b - t_y) / t_b * 100:+.1f}%")  # fmt: skip
+        explained += [f"    {line}" for line in why_lines(mine, theirs, baseline)]
+    if not explained:
+        return ["Why (predicted): no time prediction for these jobs (the hardware profile "
+                "has no peak FLOP/s or memory bandwidth, as on CPU)."]  # fmt: skip
+    return ["Why (predicted, term by term; `python -m harness.plan` prints the same):",
+            "```text\n" + "\n".join(explained) + "\n```"]  # fmt: skip
+
+
+def predicted_terms(row: pd.Series) -> dict | None:
+    """The job's recorded prediction with its terms, or None where it has no time."""
+    found = metric(row, "predicted")
+    if not isinstance(found, dict) or found.get("iteration_time_s") is None:
+        return None
+    if not found.get("breakdown"):
+        return None
+    return found
+
+
+def _gaps(rows: list[Speedup], baseline: str) -> list[str]:
+    missing_y = sum(r.yafsdp is None for r in rows)
+    missing_b = sum(r.baseline is None for r in rows)
+    gaps = []
+    if missing_y:
+        gaps.append(f"YaFSDP is missing at {missing_y} of {len(rows)} points")
+    if missing_b:
+        gaps.append(f"{baseline} is missing at {missing_b} of {len(rows)} points")
+    return gaps

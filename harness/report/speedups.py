@@ -1,0 +1,145 @@
+"""Speedups at matched grid points, with their noise: the mean over paired repeats and its
+interval (harness.report.significance), and the step-spread flag within jobs.
+
+Pure functions over the `harness.results.table` DataFrame (no torch, no plotting).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import TypeGuard
+
+import pandas as pd
+
+from harness.engines.registry import YAFSDP
+from harness.jobdir.grid_point import GridPoint
+from harness.report.compare import LossParity, by_point, metric, repeat_of
+from harness.report.interference import uneven_interference
+from harness.report.significance import Estimate, paired_speedup
+
+# The p10-p90 range of fewer timed steps says nothing of the noise: one step has a range of
+# 0, two have one difference for a range; such a spread cannot judge a speedup.
+MIN_STEPS_FOR_SPREAD = 3
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """One row of a published table: a grid point, YaFSDP against one baseline.
+
+    With repeats, `yafsdp` and `baseline` are each engine's first finished run (for its
+    status and the planner's terms), the times the median over the runs' medians, and the
+    speedup the mean over paired repeats with its interval (harness.report.significance).
+    """
+
+    key: GridPoint
+    yafsdp: pd.Series | None
+    baseline: pd.Series | None
+    speedup_pct: float | None  # (T_fsdp - T_yafsdp) / T_fsdp * 100
+    spread_pct: float | None  # the largest p10-p90 range of the runs, in % of T_fsdp
+    loss_mismatch: bool
+    estimate: Estimate | None = None  # over the paired repeats
+    t_yafsdp: float | None = None  # median over the ok runs of each run's median step
+    t_baseline: float | None = None
+    interference: str | None = None  # why the point's runs ran under uneven interference
+    timed_steps: int | None = None  # the fewest timed steps of any paired run; None: unknown
+
+    @property
+    def too_few_steps(self) -> bool:
+        """Fewer than MIN_STEPS_FOR_SPREAD timed steps: their spread cannot judge."""
+        return self.timed_steps is not None and self.timed_steps < MIN_STEPS_FOR_SPREAD
+
+    @property
+    def repeats(self) -> int:
+        """Paired runs the speedup stands on (0: none finished on both sides)."""
+        return self.estimate.n if self.estimate is not None else 0
+
+    @property
+    def significant(self) -> bool | None:
+        """True when the interval over repeats excludes 0; None where run-to-run noise was
+        not measured (one repeat) or there is no speedup."""
+        return None if self.estimate is None else self.estimate.significant
+
+    @property
+    def beyond_spread(self) -> bool | None:
+        """The second flag, within jobs: the speedup exceeds the spread of step times.
+
+        |T_fsdp - T_yafsdp| must be larger than the p10-p90 range of either engine's step
+        times; otherwise one step-to-step swing could produce it. None where it cannot be
+        judged: no spread, or one of fewer than MIN_STEPS_FOR_SPREAD timed steps.
+        """
+        if self.speedup_pct is None or self.spread_pct is None or self.too_few_steps:
+            return None
+        return abs(self.speedup_pct) > self.spread_pct
+
+
+def _spread_s(row: pd.Series) -> float | None:
+    p10, p90 = metric(row, "iteration_time_p10_s"), metric(row, "iteration_time_p90_s")
+    if p10 is None or p90 is None:
+        return None
+    return float(p90) - float(p10)
+
+
+def _timed_steps(*rows: pd.Series) -> int | None:
+    counts = [len(times) for r in rows if (times := metric(r, "step_times_s")) is not None]
+    return min(counts) if len(counts) == len(rows) else None
+
+
+def _time(row: pd.Series) -> float:
+    return float(metric(row, "iteration_time_s"))
+
+
+def _runs(group: pd.DataFrame, engine: str) -> dict[int, pd.Series]:
+    """The engine's runs at a point by repeat, in repeat order."""
+    rows = {repeat_of(r): r for _, r in group.iterrows() if r["engine"] == engine}
+    return dict(sorted(rows.items()))
+
+
+def _representative(runs: dict[int, pd.Series]) -> pd.Series | None:
+    ok = [r for r in runs.values() if _ok(r)]
+    return ok[0] if ok else next(iter(runs.values()), None)
+
+
+def _median_time(runs: dict[int, pd.Series]) -> float | None:
+    times = [_time(r) for r in runs.values() if _ok(r)]
+    return float(statistics.median(times)) if times else None
+
+
+def point_speedup(
+    key: GridPoint, group: pd.DataFrame, baseline: str, *, void: bool = False
+) -> Speedup:
+    """The speedup at one point from every run of YaFSDP and `baseline` there."""
+    mine, theirs = _runs(group, YAFSDP), _runs(group, baseline)
+    pairs = [(mine[r], theirs[r]) for r in mine if r in theirs and _ok(mine[r]) and _ok(theirs[r])]
+    estimate = paired_speedup([(_time(y), _time(f)) for y, f in pairs])
+    spreads = [
+        max(sy, sf) / _time(f) * 100.0
+        for y, f in pairs
+        if (sy := _spread_s(y)) is not None and (sf := _spread_s(f)) is not None
+    ]
+    return Speedup(
+        key,
+        _representative(mine),
+        _representative(theirs),
+        None if estimate is None else estimate.speedup_pct,
+        max(spreads) if spreads and len(spreads) == len(pairs) else None,
+        void,
+        estimate=estimate,
+        t_yafsdp=_median_time(mine),
+        t_baseline=_median_time(theirs),
+        interference=uneven_interference([row for pair in pairs for row in pair]),
+        timed_steps=min(
+            (s for y, f in pairs if (s := _timed_steps(y, f)) is not None), default=None
+        ),
+    )
+
+
+def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:
+    """The published table's rows for one baseline: every grid point where either ran."""
+    void = {p.key for p in parity if p.mismatch}
+    both = df[df["engine"].isin([YAFSDP, baseline])]
+    return [point_speedup(key, group, baseline, void=key in void) for key, group in by_point(both)]
+
+
+def _ok(row: pd.Series | None) -> TypeGuard[pd.Series]:
+    return row is not None and row["status"] == "ok" and metric(row, "iteration_time_s") is not None
