@@ -152,7 +152,15 @@ def _run_one(cfg: DictConfig, job_dir: Path, console: Console, label: str) -> Jo
         refusals=refusals,
         on_poll=lambda: console.poll(label),
         say=console.say,
+        ranks_here=not _launched_on_slurm(),
     )
+
+
+def _launched_on_slurm() -> bool:
+    """Whether this sweep's launcher is the SLURM one (its jobs' ranks run on the cluster)."""
+    launcher = HydraConfig.get().launcher
+    target = launcher.get("_target_", "") if launcher is not None else ""
+    return "slurm" in str(target).lower()
 
 
 def _run_as_rank(job_cfg: JobConfig, job_dir: Path) -> Result | None:

@@ -123,3 +123,15 @@ def engine_order(label: str) -> tuple[int, str]:
     """Sort key: registry order, unknown labels last by name."""
     labels = list(ENGINES)
     return (labels.index(label), "") if label in ENGINES else (len(labels), label)
+
+
+# An A/A check runs one registered engine under a second label, `<label>_aa`
+# (`experiment=aa_check`): the same engine and settings, compared with itself, so that any
+# speedup the report shows between the two is noise.
+AA_TWIN_SUFFIX = "_aa"
+
+
+def aa_twin_of(label: str) -> str | None:
+    """The registered label whose A/A twin `label` is (`yafsdp_aa` -> `yafsdp`), else None."""
+    base = label.removesuffix(AA_TWIN_SUFFIX)
+    return base if label.endswith(AA_TWIN_SUFFIX) and base in ENGINES else None

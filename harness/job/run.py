@@ -65,8 +65,12 @@ def run_job(
     refusals: list[str] | None = None,
     on_poll: Callable[[], None] | None = None,
     say: Callable[[str], None] = print,
+    ranks_here: bool = True,
 ) -> JobOutcome:
     """Run the job (or reuse its earlier ok result) and return what happened.
+
+    `ranks_here=False`: the job's ranks would run elsewhere (a SLURM dry run, planned by
+    the submitter), so this machine's GPUs, cores and memory are not checked.
 
     `refusals` are problems found before the config was typed (unknown fields); `on_poll`
     is called while the ranks run; `say` prints a remark (a rerun's reason). An exception
@@ -74,7 +78,9 @@ def run_job(
     """
     job_dir = Path(job_dir)
     try:
-        return _run_job(cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say)
+        return _run_job(
+            cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say, ranks_here=ranks_here
+        )
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
         error = (
@@ -98,11 +104,12 @@ def _run_job(
     refusals: list[str] | None,
     on_poll: Callable[[], None] | None,
     say: Callable[[str], None],
+    ranks_here: bool,
 ) -> JobOutcome:
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
-        return JobOutcome(_dry_run_result(cfg, errors, say), False, job_dir)
+        return JobOutcome(_dry_run_result(cfg, errors, say, ranks_here), False, job_dir)
     stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
     if stray is not None:
         say(stray)
@@ -139,9 +146,11 @@ def _run_job(
     return JobOutcome(result, True, job_dir)
 
 
-def _dry_run_result(cfg: JobConfig, errors: list[str], say: Callable[[str], None]) -> Result:
+def _dry_run_result(
+    cfg: JobConfig, errors: list[str], say: Callable[[str], None], ranks_here: bool
+) -> Result:
     """A dry run's result: the planner's memory row (and GPU-hours) said, and every check
-    the run would make here, this machine's included."""
+    the run would make, this machine's included where its ranks would run here."""
     predicted = None
     if not errors:
         from harness.plan.fit import gpu_hours_text, memory_line_and_errors, predicted_gpu_hours
@@ -151,7 +160,8 @@ def _dry_run_result(cfg: JobConfig, errors: list[str], say: Callable[[str], None
         if predicted is not None:
             line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
         say(line)
-        errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
+        if ranks_here:
+            errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
     metrics = {"predicted": predicted} if predicted else None
     status = "invalid" if errors else "ok"
     return make_result(status=status, config=asdict(cfg), error="; ".join(errors) or None,

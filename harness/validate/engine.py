@@ -15,7 +15,13 @@ from typing import Any
 
 from harness.config import EngineConfig, JobConfig
 from harness.engines.options import ADAPTER_OPTIONS
-from harness.engines.registry import ADAPTER_NAMES, ENGINE_SPECS, ENGINES
+from harness.engines.registry import (
+    AA_TWIN_SUFFIX,
+    ADAPTER_NAMES,
+    ENGINE_SPECS,
+    ENGINES,
+    aa_twin_of,
+)
 from harness.validate.common import one_of, shown
 
 DEFAULTS = EngineConfig()
@@ -26,14 +32,15 @@ def engine_errors(engine: EngineConfig) -> list[str]:
     """Refusals of the engine's name, its label and its options."""
     if error := one_of("engine.name", engine.name, ADAPTER_NAMES):
         return [error]
-    if engine.label not in ENGINES:
+    registered = engine.label if engine.label in ENGINES else aa_twin_of(engine.label)
+    if registered is None:
         return [
             f"engine.label={engine.label!r} is not a registered engine; choose one of: "
-            f"{', '.join(ENGINES)} (engine=<label> sets its name and settings). A variant "
-            "that needs a name of its own is an entry in harness/engines/registry.py and "
-            "sweeps/engine/<label>.yaml"
+            f"{', '.join(ENGINES)} (engine=<label> sets its name and settings), or "
+            f"<label>{AA_TWIN_SUFFIX} for an A/A twin of one. A variant that needs a name of "
+            "its own is an entry in harness/engines/registry.py and sweeps/engine/<label>.yaml"
         ]
-    label_error = _label_error(engine)
+    label_error = _label_error(engine, registered)
     return ([label_error] if label_error else []) + _ignored_options(engine)
 
 
@@ -52,8 +59,10 @@ def _registered_as(engine: EngineConfig) -> str | None:
     return None
 
 
-def _label_error(engine: EngineConfig) -> str | None:
-    registered = ENGINES[engine.label].config()
+def _label_error(engine: EngineConfig, label: str) -> str | None:
+    """Why `engine` is not the registered engine `label` (its own, or the one it is the
+    A/A twin of), or None."""
+    registered = ENGINES[label].config()
     keys = ["name", *_identifying(registered.name), *_identifying(engine.name)]
     differ = [k for k in dict.fromkeys(keys) if getattr(registered, k) != getattr(engine, k)]
     if not differ:
@@ -67,7 +76,7 @@ def _label_error(engine: EngineConfig) -> str | None:
     return (
         f"engine.label={engine.label} is the registered engine with {settings(registered)}, "
         f"but this config has {settings(engine)}, so the report would name it for an engine "
-        f"it did not run; {fix}engine={engine.label} as registered, with no engine.name or "
+        f"it did not run; {fix}engine={label} as registered, with no engine.name or "
         "engine.label override"
     )
 

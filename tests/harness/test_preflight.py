@@ -233,3 +233,11 @@ def test_an_exception_in_a_job_becomes_its_failed_row(
     assert outcome.result.status == "failed"
     assert "ZeroDivisionError: integer division or modulo by zero" in (outcome.result.error or "")
     assert read_result(tmp_path / "result.json").status == "failed"
+
+
+def test_an_aa_twin_label_is_its_engine_under_a_second_name() -> None:
+    """`experiment=aa_check` runs yafsdp as `yafsdp_aa`: accepted as yafsdp's A/A twin, and
+    held to yafsdp's name and settings like any label."""
+    assert validation_errors(job(engine=engine("yafsdp", label="yafsdp_aa"))) == []
+    refused(job(engine=engine("fsdp2", label="fsdp1_aa")), "engine.label=fsdp1_aa")
+    refused(job(engine=engine("yafsdp", label="nothing_aa")), "not a registered engine", "_aa")

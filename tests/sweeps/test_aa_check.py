@@ -22,8 +22,9 @@ def aa_sweep(sweep: Path) -> str:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     order = [ln.split("ckpt=0 ")[1].split("  ")[0] for ln in proc.stdout.splitlines()
              if ln.startswith("[")]  # fmt: skip
-    assert order == ["yafsdp repeat=0", "yafsdp_aa repeat=0", "yafsdp repeat=1",
-                     "yafsdp_aa repeat=1"]  # fmt: skip
+    # engines take turns, each repeat starting one engine later
+    assert order == ["yafsdp repeat=0", "yafsdp_aa repeat=0", "yafsdp_aa repeat=1",
+                     "yafsdp repeat=1"]  # fmt: skip
     return build_report([sweep], sweep / "report").read_text()
 
 

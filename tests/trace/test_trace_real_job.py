@@ -39,7 +39,8 @@ def test_each_engine_reports_overlap(real_jobs, capsys):
     overlap = {}
     for engine, job_dir in real_jobs.items():
         listed = json.loads((job_dir / "result.json").read_text())["profile"]
-        assert listed == {"traces": ["traces/rank0.json.gz", "traces/rank1.json.gz"]}
+        traces = ["traces/rank0.json.gz", "traces/rank1.json.gz"]
+        assert listed == {"traces": traces, "cuda_sync_events": False}  # none on CPU
         profile = job_profile(job_dir)
         assert profile["traces"] == listed["traces"]
         assert len(profile["steps"]) == 4  # 2 ranks x 2 profiled steps
