@@ -17,6 +17,16 @@ MODEL_IMPLS = ("native", "hf")
 # model_impl's default, resolved when the config is built: hf for an `hf:<path>` model (only
 # transformers can build it), native for a preset. A job's recorded config never holds it.
 MODEL_IMPL_AUTO = "auto"
+# yafsdp's buffer plans (`yafsdp_impl._plan.PLANS`; a test holds the two equal).
+BUFFER_PLANS = (
+    "auto",
+    "min_bytes",
+    "alternating",
+    "lean_alternating",
+    "ends_shared",
+    "separate_ends",
+    "half_staging",
+)
 
 
 @dataclass(kw_only=True)
@@ -37,6 +47,9 @@ class EngineConfig:
     # yafsdp only: the memory its own tensors may take, in GiB, for its buffer plan; 0: the
     # device's memory less what the planner predicts the rest of the step holds.
     memory_budget_gb: float = 0.0
+    # yafsdp only: its buffer plan (`YaFSDP(buffer_plan=...)`, one of BUFFER_PLANS): "auto"
+    # chooses for the memory budget; a named plan is held whatever the budget.
+    buffer_plan: str = "auto"
     # Compile each transformer block (after checkpoint wrapping, before sharding), as
     # torchtitan does; `harness.engines.compile_blocks`.
     compile_blocks: bool = False

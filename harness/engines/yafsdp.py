@@ -44,6 +44,7 @@ class YaFSDPEngine:
             grad_accum_steps=ctx.grad_accum,
             device=ctx.device,
             init_fn=lambda name, shape: initial_value(name, shape, ctx.seed, ctx.device),
+            buffer_plan=ctx.cfg.buffer_plan,
             memory_budget_bytes=ctx.memory_budget_bytes,
         )
 

@@ -116,6 +116,7 @@ def memory_case(
         asynchronous=_backend(cfg) == "nccl",
         model_impl=getattr(cfg, "model_impl", "native"),
         overhead_bytes=(measured and measured.outside_allocator_bytes) or 0,
+        buffer_plan=cfg.engine.buffer_plan,
     )
     if with_budget and cfg.engine.name == "yafsdp":
         case = replace(case, memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured,
@@ -222,6 +223,7 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
         reduce_dtype=cfg.engine.reduce_dtype,
         model_impl=getattr(cfg, "model_impl", "native"),
         memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured),
+        buffer_plan=cfg.engine.buffer_plan,
         torch_version=resolve_torch_version(getattr(cfg, "torch_version", "")),
         give_way=(measured.give_way if measured else None) or GiveWayConstants(),
     )
