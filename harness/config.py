@@ -115,6 +115,9 @@ class DeviceSpec:
     launch_us: float = 0.0  # host time to launch one eager op's kernel
     hook_us: float = 0.0  # host time of one engine hook (Python, per unit and pass)
     nccl_sms: int = 0  # SMs NCCL's kernels hold while a collective runs
+    # GiB a process holds on the device beside the caching allocator, all step: the CUDA
+    # context, NCCL's buffers, cuBLAS workspaces (a calibration's measurement replaces it)
+    outside_allocator_gb: float = 0.0
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sources: dict[str, str] = field(default_factory=dict)
 

@@ -12,6 +12,7 @@ from harness.plan.calibration import Calibration
 from harness.plan.constants import constants
 from harness.plan.give_way import GiveWayConstants
 from harness.plan.memory import (
+    NEAR_CAPACITY,
     MemoryCase,
     MemoryEstimate,
     estimate_memory,
@@ -115,13 +116,21 @@ def memory_case(
         reduce_dtype=cfg.engine.reduce_dtype,
         asynchronous=_backend(cfg) == "nccl",
         model_impl=getattr(cfg, "model_impl", "native"),
-        overhead_bytes=(measured and measured.outside_allocator_bytes) or 0,
+        overhead_bytes=outside_allocator_bytes(cfg, measured),
         buffer_plan=cfg.engine.buffer_plan,
     )
     if with_budget and cfg.engine.name == "yafsdp":
         case = replace(case, memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured,
                                                                       case=case))  # fmt: skip
     return case
+
+
+def outside_allocator_bytes(cfg: JobConfig, measured: Calibration | None = None) -> int:
+    """Device memory the caching allocator does not hold (CUDA context, NCCL, cuBLAS): as
+    measured by a calibration, else the hardware profile's public-source default."""
+    if measured and measured.outside_allocator_bytes is not None:
+        return measured.outside_allocator_bytes
+    return int(cfg.device_spec.outside_allocator_gb * GIB)
 
 
 def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
@@ -238,12 +247,14 @@ def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEst
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
-    """The fewest checkpointed layers with which the job fits its device memory (a binary
-    search: each checkpointed layer holds its input instead of its activations)."""
+    """The fewest checkpointed layers with which the job fits its device memory, not tight
+    (under NEAR_CAPACITY of it; yafsdp with the buffer plan its engine chooses at each
+    count's budget); a binary search: each checkpointed layer holds its input instead of
+    its activations."""
     have = cfg.device_memory_gb * GIB
 
     def fits(n: int) -> bool:
-        return estimate_memory(memory_case(cfg, n, measured)).peak_bytes <= have
+        return estimate_memory(memory_case(cfg, n, measured)).peak_bytes < NEAR_CAPACITY * have
 
     lo, hi = 0, shape_of(cfg.model).n_layers
     if not fits(hi):
@@ -276,7 +287,7 @@ def plan_row(
     fits = memory.peak_bytes <= have if have else None
     if not have:
         smallest = None
-    elif fits and cfg.ckpt_layers == 0:
+    elif cfg.ckpt_layers == 0 and memory.peak_bytes < NEAR_CAPACITY * have:
         smallest = 0
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
@@ -314,9 +325,6 @@ def add_speedups(rows: list[PlanRow]) -> None:
                                            label)  # fmt: skip
                 row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
 
-
-# A predicted peak past this share of device memory is flagged (not priced): see below.
-NEAR_CAPACITY = 0.9
 
 
 def memory_note(row: PlanRow) -> str | None:
