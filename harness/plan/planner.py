@@ -326,7 +326,6 @@ def add_speedups(rows: list[PlanRow]) -> None:
                 row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
 
 
-
 def memory_note(row: PlanRow) -> str | None:
     """Where the allocator's per-stream pools outgrow the device (`allocator.py`), its
     retries; else, where the peak nears the device's memory, a note: fragmentation within

@@ -70,7 +70,10 @@ def test_engine_and_plan_memory(benchmark, tmp_path: Path) -> None:
     print(tabulate(rows, headers=headers, floatfmt=".1f"))
     for dtype, engine, asked, held, peak, rss, step in rows:
         benchmark.extra_info[f"{dtype} {engine} {asked}"] = {
-            "plan": held, "peak_mib": peak, "rss_mib": rss, "step_s": step
+            "plan": held,
+            "peak_mib": peak,
+            "rss_mib": rss,
+            "step_s": step,
         }
     for dtype in DTYPES:  # a plan's peak follows its bytes: the half staging holds least
         peaks = {asked: peak for d, e, asked, _, peak, _, _ in rows if d == dtype}
