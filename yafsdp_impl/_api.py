@@ -184,6 +184,8 @@ class YaFSDP:
             "rejected": c.rejected.name if c.rejected is not None else None,
             "rejected_bytes": c.rejected_bytes,
             "budget_bytes": c.budget_bytes,
+            "smallest": c.smallest.name if c.smallest is not None else None,
+            "smallest_bytes": c.smallest_bytes,
         }
         return report
 

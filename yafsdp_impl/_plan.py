@@ -26,7 +26,7 @@ one entry point: the engine and a planner that predicts the engine's memory both
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from yafsdp_impl._layout import Layout
 
@@ -148,6 +148,10 @@ class PlanChoice:
     budget_bytes: int | None
     plan_bytes: int  # the engine's memory with the plan (see `engine_bytes`)
     rejected_bytes: int | None
+    # the plan holding the fewest bytes the engine can run (`half_staging`, where there is a
+    # layer), and the engine's memory with it: what the chosen plan spends beyond need
+    smallest: BufferPlan | None = None
+    smallest_bytes: int | None = None
 
 
 def engine_bytes(
@@ -213,12 +217,20 @@ def plan_buffers(
     a plan by name is taken as named, with its bytes and the budget recorded beside it.
     Element sizes are in bytes; `native_reduce_scatter` is False on gloo (no reduce-scatter
     output buffers)."""
-    p, r = param_bytes, reduce_bytes
+    p, r, world = param_bytes, reduce_bytes, layout.resident.world_size
     if buffer_plan == "auto":
-        return choose_for_budget(
+        choice = choose_for_budget(
             layout, budget_bytes, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter
         )
-    world = layout.resident.world_size
-    plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r, world_size=world)
-    size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter)
-    return PlanChoice(plan, None, budget_bytes, size, None)
+    else:
+        plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r, world_size=world)
+        size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r,
+                            native=native_reduce_scatter)  # fmt: skip
+        choice = PlanChoice(plan, None, budget_bytes, size, None)
+    smallest = half_staging(layout, choose_plan(layout, "min_bytes", param_bytes=p,
+                                                reduce_bytes=r, world_size=world))  # fmt: skip
+    if smallest is None:
+        return replace(choice, smallest=choice.plan, smallest_bytes=choice.plan_bytes)
+    size = engine_bytes(layout, smallest, param_bytes=p, reduce_bytes=r,
+                        native=native_reduce_scatter)  # fmt: skip
+    return replace(choice, smallest=smallest, smallest_bytes=size)

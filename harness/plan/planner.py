@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.config import JobConfig
@@ -31,6 +31,7 @@ from harness.plan.time.timing import (
     describe,
     estimate_time,
 )
+from harness.plan.yafsdp_plans import SMALLEST_PLAN, PlanCost, held_plan, plan_cost
 
 GIB = 2**30
 
@@ -46,6 +47,9 @@ class PlanRow:
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
+    # yafsdp rows: the buffer plan its engine holds here, and its smallest plan's cost
+    buffer_plan: str | None = None
+    smallest_plan: PlanCost | None = None
 
     def _allocator_dict(self) -> dict[str, Any] | None:
         if self.allocator is None:
@@ -84,6 +88,8 @@ class PlanRow:
             "why": self.why or None,
             "constants": self.constants or None,
             "allocator": self._allocator_dict(),
+            "buffer_plan": self.buffer_plan,
+            "smallest_plan": asdict(self.smallest_plan) if self.smallest_plan else None,
         }
 
 
@@ -295,23 +301,29 @@ def plan_row(
     allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
     if price_retries and time is not None and allocator and allocator.retries_per_step:
         time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
-    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
-                   allocator=allocator)  # fmt: skip
+    row = PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
+                  allocator=allocator)  # fmt: skip
+    if cfg.engine.name == "yafsdp":
+        row.buffer_plan = held_plan(cfg, measured)
+        row.smallest_plan = plan_cost(cfg, SMALLEST_PLAN, measured)
+    return row
 
 
 def describe_row(t: TimeEstimate) -> dict[str, Any]:
     return {"iteration_time_s": t.iteration_time_s, **describe(t)}
 
 
-def add_speedups(rows: list[PlanRow]) -> None:
+def add_speedups(rows: list[PlanRow], *, same_ckpt: bool = True) -> None:
     """On each yafsdp row, (T_baseline - T_yafsdp) / T_baseline for the baselines of the
-    same point, as the README defines speedup."""
+    same point, as the README defines speedup; `same_ckpt=False`: whatever checkpointing
+    each row has (each engine at its own minimum)."""
     from harness.engines.registry import BASELINES, YAFSDP
     from harness.plan.explain import why_lines
 
     def point(r: PlanRow) -> tuple:
         c = r.cfg
-        return (c.model, c.gpus, c.seq_len, c.ckpt_layers, c.micro_batch, c.dtype)
+        ckpt = c.ckpt_layers if same_ckpt else None
+        return (c.model, c.gpus, c.seq_len, ckpt, c.micro_batch, c.dtype)
 
     for row in rows:
         if row.cfg.engine.label != YAFSDP or row.time is None:

@@ -121,6 +121,7 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
         }
 
     roomy, shared = held(emb + out + 2 * layer), held(max(emb, out) + 2 * layer)
+    half = -(-layer // p // 2) * p
     for budget, want, plan, rejected in (
         (sum(roomy.values()), roomy, "separate_ends", "ends_shared"),
         (sum(roomy.values()) - 1, shared, "ends_shared", "separate_ends"),
@@ -135,6 +136,9 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
             "rejected": rejected,
             "rejected_bytes": sum((shared if plan != "ends_shared" else roomy).values()),
             "budget_bytes": budget,
+            # ends_shared with half a layer's staging: the smallest plan it could run
+            "smallest": "half_staging",
+            "smallest_bytes": sum(shared.values()) - (layer - half) * fp32 * (p + 1) // p,
         }
     layer_sized = (0, *[2, 3] * (shape.n_layers // 2), 1)
     assert engine.buffer_plan.name == "ends_shared"
