@@ -138,9 +138,11 @@ def _gib(n: int) -> float:
 
 
 def measure(
-    point: Point, label: str, device: torch.device, shape: ModelShape | None = None
-) -> Verdict:
-    """Build the last rank of `point` with engine `label`, run two steps, compare bytes."""
+    point: Point, label: str, device: torch.device, shape: ModelShape | None = None,
+    *, plan: str = "auto",
+) -> Verdict:  # fmt: skip
+    """Build the last rank of `point` with engine `label` (yafsdp with buffer plan `plan`),
+    run two steps, compare bytes."""
     shape = shape or get_shape(point.model)
     p, rank = point.gpus, point.gpus - 1
     cuda = device.type == "cuda"
@@ -159,6 +161,7 @@ def measure(
         trainee = build(
             label, shape, rank=rank, world_size=p, device=device,
             seq_len=point.seq_len, ckpt_layers=point.ckpt_layers, dtype=point.dtype,
+            buffer_plan=plan,
         )  # fmt: skip
         if cuda:
             figures["build_peak_gib"] = _gib(torch.cuda.max_memory_allocated(device))
@@ -235,4 +238,7 @@ def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list
             rows.append(
                 run_check("C", name, PROVES, functools.partial(measure, point, label, device))
             )
-    return rows
+    from harness.gpucheck import pressure
+
+    return rows + pressure.run(device, measure, Point, reduced=reduced, budget_s=budget_s,
+                               start=start)  # fmt: skip
