@@ -64,3 +64,16 @@ def test_engine_knobs_that_come_with_the_label_are_no_variant(tmp_path: Path) ->
     write_job(sweep, "2", engine="yafsdp")
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "async_unshard" not in text and "| setting |" not in text
+
+
+def test_a_buffer_plan_that_differs_between_yafsdp_jobs_is_a_variant(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job, plan in (("0", "auto"), ("1", "half_staging")):
+        path = write_job(sweep, job, engine="yafsdp")
+        result = json.loads(path.read_text())
+        result["config"]["engine"]["buffer_plan"] = plan
+        path.write_text(json.dumps(result))
+    write_job(sweep, "2", engine="fsdp1")
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "runs; using" not in text, "a plan's job was taken for a repeat of another's"
+    assert "engine.buffer_plan=half_staging" in text and "engine.buffer_plan=auto" in text
