@@ -84,8 +84,19 @@ class WarmedUp:
 
 def memory_steps(cfg: JobConfig, device: torch.device) -> int:
     """Untimed steps run beyond the warm-up so that the CPU peak sees a whole step with the
-    optimizer state: on CPU, as many as warm-up falls short of MEMORY_TRACKED_STEPS."""
-    return max(0, MEMORY_TRACKED_STEPS - cfg.warmup_steps) if device.type == "cpu" else 0
+    optimizer state: on CPU, as many as a warm-up of one or more falls short of
+    MEMORY_TRACKED_STEPS. `warmup_steps=0` asks for no untimed step at all: its peak is
+    the build's (`memory_source` says so)."""
+    if device.type != "cpu" or cfg.warmup_steps == 0:
+        return 0
+    return max(0, MEMORY_TRACKED_STEPS - cfg.warmup_steps)
+
+
+def cpu_memory_source(cfg: JobConfig) -> str:
+    """What a CPU job's peak covers: the build and MEMORY_TRACKED_STEPS steps, or with
+    `warmup_steps=0` the build alone."""
+    source = "profiler-cpu-allocations"
+    return source if cfg.warmup_steps else f"{source} (build only: warmup_steps=0)"
 
 
 def build_and_warm_up(
