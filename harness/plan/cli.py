@@ -44,9 +44,10 @@ USAGE = (
 )
 
 
-def job_configs(overrides: list[str]) -> list[JobConfig]:
+def job_configs(overrides: list[str], *, default_engines: bool = False) -> list[JobConfig]:
     """Every job the overrides name, sweeps expanded (the experiment's own sweep, then
-    comma lists), each checked by the harness's pre-flight."""
+    comma lists), each checked by the harness's pre-flight; with `default_engines`, each
+    of DEFAULT_ENGINES where neither the overrides nor the experiment name an engine."""
     from hydra import compose, initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
@@ -73,7 +74,8 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
         for key, values in dict(preset.hydra.sweeper.get("params") or {}).items():
             if key not in swept and key not in given:
                 swept[key] = [v.strip() for v in str(values).split(",")]
-        if not given & {"engine", "engine.name", "engine.label"} and "engine" not in swept:
+        named = given & {"engine", "engine.name", "engine.label"} or "engine" in swept
+        if default_engines and not named:
             swept["engine"] = list(DEFAULT_ENGINES)  # the comparison, not `local`
         base = compose("config", overrides=fixed)
         fixed_values = [o for o in parsed if not o.is_sweep_override() and not _is_group(o)]
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             from harness.plan.calibrate.calibration import calibration_from
 
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
-        configs = job_configs(args)
+        configs = job_configs(args, default_engines=True)
         warning = _calibration_warning(measured, configs, allow_other)
         rows = [plan_row(cfg, measured) for cfg in configs]
         rows = own_min_ckpt_rows(rows, measured) if own_min else rows
