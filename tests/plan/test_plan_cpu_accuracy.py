@@ -67,7 +67,7 @@ def test_predicted_peak_is_within_5_percent_of_measured(measured: list[int]) -> 
         line = (
             f"{case['model']:11} seq {case['seq_len']:3} ckpt {case['ckpt_layers']} "
             f"{case.get('dtype', 'fp32')} {case['engine']:11} {case.get('buffer_plan', ''):16} "
-            "measured {peak / 2**20:7.1f} MiB  predicted "
+            f"measured {peak / 2**20:7.1f} MiB  predicted "
             f"{predicted / 2**20:7.1f} MiB  {100 * error:+5.1f}%"
         )
         lines.append(line)
