@@ -225,13 +225,6 @@ def launcher_death(exit_code: int | None, exits: dict) -> str | None:
     return f"the ranks' launcher (python -m harness.job.launch) was killed ({name})"
 
 
-def describe(cfg: JobConfig) -> str:
-    return (
-        f"model={cfg.model} engine={cfg.engine.label} gpus={cfg.gpus} seq_len={cfg.seq_len} "
-        f"ckpt_layers={cfg.ckpt_layers}"
-    )
-
-
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:
     remove_temporaries(job_dir)  # what its ranks' interrupted writers left (a full disk)
     result = make_result(status=status, config=asdict(cfg), error=error)
