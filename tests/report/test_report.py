@@ -4,6 +4,7 @@ failure cells, missing baselines, corrupt files, noise marks, loss parity, figur
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,8 @@ HEADER = (
     "| model | gpu-count | seq-len | num-ckpt-layers | speedup | YaFSDP iteration time (s) "
     "| FSDP iteration time (s) |"
 )
-SEPARATOR = "| --- | --- | --- | --- | --- | --- | --- |"
+# tabulate's GitHub separator: one run of dashes per column, as wide as the column
+SEPARATOR = re.compile(r"(\|-{3,}){7}\|")
 
 
 def render(sweep: Path, tmp_path: Path) -> str:
@@ -49,9 +51,9 @@ def test_published_table_exact_shape_and_speedup_arithmetic(tmp_path: Path) -> N
     write_job(sweep, "0", engine="yafsdp", step_times=[1.9, 2.0, 2.0, 2.1, 2.0], **kw)
     write_job(sweep, "1", engine="fsdp1", step_times=[2.5] * 5, **kw)
     table = table_after(render(sweep, tmp_path), "### YaFSDP vs FSDP1")
+    assert SEPARATOR.fullmatch(table.pop(1))
     assert table == [
         HEADER,
-        SEPARATOR,
         # (2.5 - 2.0) / 2.5 = 20%; spread = yafsdp's p90-p10 (2.06 - 1.94) / 2.5 = 4.80%.
         "| Llama 2 7B | 64 | 2048 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
         "| 2.000 | 2.500 |",
