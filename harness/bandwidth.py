@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.placement import DTYPES, synchronize
+from harness.dtypes import DTYPES
+from harness.placement import synchronize
 from yafsdp_impl import all_gather, has_native_reduce_scatter, reduce_scatter
 
 SCHEMA = "yafsdp-bench.calibration/1"

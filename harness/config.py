@@ -115,7 +115,7 @@ class DeviceSpec:
 class FaultConfig:
     """A deliberate failure for testing: kind none|crash|hang|oom|kill on `rank` at `step`;
     or kind delay: `rank` sleeps `ms` inside engine range `where`, once a step from `step` on
-    (`harness.rank.fault_delay`)."""
+    (`harness.rank.faults`)."""
 
     kind: str = "none"
     rank: int = 0

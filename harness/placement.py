@@ -12,13 +12,6 @@ import torch
 
 from harness.config import JobConfig
 
-# The job's dtype names (JobConfig.dtype, EngineConfig.reduce_dtype) as torch dtypes.
-DTYPES: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-}
-
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on the CPU, whose ops are synchronous)."""

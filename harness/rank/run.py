@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
+from harness.engines.base import optimizer_description
 from harness.jobdir.phase import report_phase
 from harness.jobdir.rank_outcome import write_rank_outcome
 from harness.jobdir.result import Metrics, Profile, Result, typed_fields, write_result
@@ -22,7 +23,6 @@ from harness.rank import measure, metrics
 from harness.rank.environment import describe_environment
 from harness.rank.interference import reduce_interference
 from harness.rank.session import Session
-from harness.rank.train_step import optimizer_description
 
 
 def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 from harness.markdown import markdown_table
-from harness.report.compare import MISSING
+from harness.report.matching import MISSING
 
 Table = tuple[list[str], list[list[object]]]  # (header, rows), as the table builders return
 

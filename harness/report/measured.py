@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.compare import point_label
 from harness.report.markdown import md_table
+from harness.report.matching import point_label
 from harness.report.speedups import Speedup
 from harness.trace import causes as C
 from harness.trace.parse import TraceError

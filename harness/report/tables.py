@@ -13,7 +13,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from harness.jobdir.grid_point import GridPoint
-from harness.report.compare import (
+from harness.report.charts import primary_memory
+from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.matching import (
     MISSING,
     STATUS_CELL,
     YAFSDP,
@@ -26,9 +28,7 @@ from harness.report.compare import (
     sort_jobs,
     value,
 )
-from harness.report.figures import primary_memory
-from harness.report.interference import interference_cell
-from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.run_conditions import interference_cell
 from harness.report.speedups import Speedup
 from harness.results.table import PROFILE_PREFIX
 
@@ -221,7 +221,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
 
 
 def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
-    from harness.report.cpu_peak import cpu_mfu, cpu_peaks
+    from harness.report.run_conditions import cpu_mfu, cpu_peaks
 
     peaks = cpu_peaks(df)  # CPU jobs: one peak per machine, not each job's own
 

@@ -66,3 +66,17 @@ def test_the_guard_sees_a_forbidden_edge() -> None:
     assert violations(graph, "harness.rank", ("harness.job",)) == [
         "harness.rank.run -> harness.job.run"
     ]
+
+
+MAX_MODULES_PER_FOLDER = 15
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    """A folder that outgrows 15 modules at its own level gets rooms (sub-folders)."""
+    root = Path(__file__).resolve().parents[2] / "harness"
+    crowded = {
+        str(folder.relative_to(root.parent)): n
+        for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]
+        if (n := len(list(folder.glob("*.py")))) > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}

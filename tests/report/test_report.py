@@ -14,7 +14,7 @@ from sweep_fixtures import write_job
 from harness.jobdir.grid_point import GridPoint
 from harness.report import build_report
 from harness.report.__main__ import main
-from harness.report.compare import model_display
+from harness.report.matching import model_display
 from harness.report.speedups import Speedup
 from harness.results.timelines import write_timeline_index
 

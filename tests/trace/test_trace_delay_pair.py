@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from harness.jobdir.result import read_result
-from harness.rank.fault_delay import DELAY_RANGE
+from harness.rank.faults import DELAY_RANGE
 from harness.trace import causes
 from harness.trace.attribute_host import attribute_host
 from harness.trace.parse import load_trace

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.compare import (
+from harness.report.jobs import ReportJobs
+from harness.report.markdown import bullets, md_table
+from harness.report.matching import (
     BASELINES,
     STATUS_CELL,
     YAFSDP,
@@ -13,12 +15,9 @@ from harness.report.compare import (
     metric,
     point_label,
 )
-from harness.report.jobs import ReportJobs
-from harness.report.markdown import bullets, md_table
 from harness.report.measured import Measured, measured_block
-from harness.report.pictures import Pictures
-from harness.report.significance import METHOD
-from harness.report.speedups import MIN_STEPS_FOR_SPREAD, Speedup
+from harness.report.picture_links import Pictures
+from harness.report.speedups import METHOD, MIN_STEPS_FOR_SPREAD, Speedup
 from harness.report.tables import (
     FLAG,
     speedup_table,
