@@ -21,6 +21,7 @@ from harness.job.oom_kills import oom_kill_count, oom_kills_since
 from harness.job.resume import rerun_reason
 from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
+from harness.jobdir.prediction import write_prediction
 from harness.jobdir.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
@@ -28,6 +29,7 @@ from harness.jobdir.rank_outcome import (
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
+from harness.plan.fit import job_prediction
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -129,6 +131,7 @@ def _run_job(
     from harness.job.launch import launch_local
 
     JobDir(job_dir).clear_previous_attempt()
+    write_prediction(job_dir, job_prediction(cfg))  # once, before the ranks start
     oom_kills_before = oom_kill_count()
     try:
         exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)

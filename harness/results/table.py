@@ -29,6 +29,7 @@ import pandas as pd
 
 from harness.jobdir.grid_point import MATCH_COLUMNS, POINT_COLUMNS, REPEAT_COLUMN, SETTING_COLUMNS
 from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.prediction import Prediction, read_prediction
 from harness.jobdir.recorded_config import engine_of, recorded_config
 from harness.jobdir.result import (
     SCALAR_KINDS,
@@ -76,7 +77,12 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+def _row(
+    result: Result,
+    job_dir: str,
+    profile: dict[str, Any] | None = None,
+    prediction: Prediction | None = None,
+) -> dict[str, Any]:
     engine = engine_of(result)
     row: dict[str, Any] = {
         "job_dir": job_dir,
@@ -92,6 +98,8 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         row[CONFIG_PREFIX + key] = value
 
     row.update(result.metrics.to_dict())
+    if prediction is not None:  # the job's own record; older jobs: result.json's `predicted`
+        row["predicted"] = prediction.as_metric()
     losses = result.metrics.losses or []
     row["final_loss"] = losses[-1] if losses else math.nan
     row.setdefault("losses", losses)
@@ -168,7 +176,7 @@ def collect_results(
         job_dir = job_path.relative_to(sweep_dir).as_posix()
         name = f"{job_dir}/{RESULT_FILE}"
         try:
-            rows.append(_row(result, job_dir, profiles.get(job_path)))
+            rows.append(_row(result, job_dir, profiles.get(job_path), read_prediction(job_path)))
         except CorruptResultError as e:
             found.append(f"unusable result file {name}: {e}")
         except (AttributeError, TypeError, IndexError) as e:  # valid JSON, odd shape inside
