@@ -115,7 +115,7 @@ def measure(
 def probe_bandwidth(cfg: Any, device: torch.device) -> dict[str, Any]:
     """A job's probe (`probe_bandwidth=true`): the job's block and largest unit sizes."""
     from harness.models.shapes import shape_of
-    from harness.plan.units import fsdp1_units
+    from harness.models.units import fsdp1_units
 
     p = dist.get_world_size()
     units = fsdp1_units(shape_of(cfg.model), p)

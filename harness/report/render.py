@@ -27,6 +27,7 @@ from harness.report.picture_links import (
 from harness.report.sections import render_markdown
 from harness.results.table import collect_results, to_csv
 from harness.results.timelines import TIMELINE_DIR, sweep_timelines
+from harness.trace.jobs import RECORD
 
 REPORT_FILE = "report.md"
 
@@ -37,7 +38,7 @@ def load_sweeps(sweep_dirs: Sequence[Path]) -> tuple[pd.DataFrame, list[str]]:
     several = len(sweep_dirs) > 1
     for sweep in sweep_dirs:
         found: list[str] = []
-        df = collect_results(sweep, problems=found)
+        df = collect_results(sweep, problems=found, record=RECORD)
         problems += [f"{sweep}: {p}" if several else p for p in found]
         df["sweep"] = str(sweep)
         df["job_label"] = [f"{Path(sweep).name}/{j}" if several else j for j in df["job_dir"]]

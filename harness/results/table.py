@@ -40,7 +40,7 @@ from harness.jobdir.result import (
     read_result,
     typed_fields,
 )
-from harness.trace.cache import job_profiles
+from harness.trace.cache import JobRecord, job_profiles
 from harness.trace.summary import find_traces
 
 log = logging.getLogger(__name__)
@@ -150,9 +150,14 @@ def find_result_files(sweep_dir: Path) -> list[Path]:
 
 
 def collect_results(
-    sweep_dir: Path, *, problems: list[str] | None = None, workers: int | None = None
+    sweep_dir: Path,
+    *,
+    problems: list[str] | None = None,
+    workers: int | None = None,
+    record: JobRecord | None = None,
 ) -> pd.DataFrame:
-    """One row per job found under `sweep_dir`; traces summarised by `workers` processes.
+    """One row per job found under `sweep_dir`; traces summarised by `workers` processes,
+    which also compute and cache each job's `record` (the report's traced record).
 
     A result.json that cannot be read is skipped and described in `problems` (when given)
     and in `df.attrs["problems"]`, as is a Hydra job directory without one; the statuses
@@ -171,7 +176,8 @@ def collect_results(
         except CorruptResultError as e:
             reason = str(e).removeprefix(f"{path}: ")
             found.append(f"corrupt result file {name}: {reason}")
-    profiles = job_profiles([d for d, _ in results if find_traces(d)], workers=workers)
+    traced = [d for d, _ in results if find_traces(d)]
+    profiles = job_profiles(traced, workers=workers, record=record)
     for job_path, result in results:
         job_dir = job_path.relative_to(sweep_dir).as_posix()
         name = f"{job_dir}/{RESULT_FILE}"

@@ -33,6 +33,16 @@ def register_plugin() -> None:
     Plugins.instance().register(SlurmLauncher)
 
 
+def register_sweeper() -> None:
+    """Make `hydra/sweeper=alternating` (harness.sweep.order's order) known to Hydra; call
+    before Hydra starts. Its plugin sits beside the launcher's (PLUGIN_ROOT)."""
+    ensure_plugin_importable()
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.yafsdp_bench_sweeper.sweeper import AlternatingSweeper
+
+    Plugins.instance().register(AlternatingSweeper)
+
+
 def ensure_plugin_importable() -> None:
     """Let `hydra_plugins.yafsdp_bench_slurm` (and the sweeper beside it) import from a
     source checkout too (also in SLURM tasks, where Hydra's state that mentions the plugin

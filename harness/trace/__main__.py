@@ -64,7 +64,7 @@ def timeline(args: argparse.Namespace) -> int:
 
 def why(args: argparse.Namespace) -> int:
     from harness.trace.diagnose.why import WhyError, why_lines
-    from harness.trace.diagnose.why import why as compare_jobs
+    from harness.trace.jobs import why as compare_jobs
 
     try:
         found = compare_jobs(args.job_a, args.job_b, rank=args.rank)

@@ -12,6 +12,8 @@ import pytest
 from sweep_fixtures import write_job
 
 from harness.jobdir.grid_point import GridPoint
+from harness.jobdir.prediction import Prediction, write_prediction
+from harness.plan.explain import why_lines
 from harness.report import build_report
 from harness.report.__main__ import main
 from harness.report.matching import model_display
@@ -390,8 +392,9 @@ def test_empty_sweep_and_all_failed_sweep_still_render(tmp_path: Path) -> None:
 
 
 def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -> None:
-    """Each job keeps its prediction with its terms; the report turns a yafsdp/baseline pair
-    into the same lines `python -m harness.plan` prints, beside the measured speedup."""
+    """Each job keeps its prediction with its terms, and the yafsdp job the planner's lines
+    against each baseline (`python -m harness.plan` prints the same); the report prints the
+    stored lines beside the measured speedup."""
     sweep = tmp_path / "sweep"
     terms = {
         "yafsdp": {"iteration_time_s": 0.9, "breakdown": {"compute": 0.8, "yafsdp_buffers": 0.1},
@@ -402,6 +405,9 @@ def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -
     }  # fmt: skip
     write_job(sweep, "0", engine="yafsdp", step_times=[0.9] * 5, predicted=terms["yafsdp"])
     write_job(sweep, "1", engine="fsdp1", step_times=[1.0] * 5, predicted=terms["fsdp1"])
+    # the yafsdp job stores the planner's lines with its prediction when it starts
+    lines = why_lines(terms["yafsdp"], terms["fsdp1"], "fsdp1")
+    write_prediction(sweep / "0", Prediction(terms=terms["yafsdp"], why={"fsdp1": lines}))
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "measured speedup +10.0%, predicted +10.0%" in text
     assert "fsdp1 +0.100 s (+10.0% of its step) against yafsdp" in text

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.markdown import markdown_table
 from harness.trace.diagnose import causes as C
-from harness.trace.diagnose.attribute import StepAttribution, attribute_job, attribute_trace
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.jobs import attribute_job, attribute_trace
 from harness.trace.parse import TraceError
 
 
