@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.gpucheck.outcome import Check, counts, exit_code, skipped
+from harness.gpucheck.check_rows import Check, counts, exit_code, skipped
 from harness.gpucheck.report import write_report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.gpucheck.outcome import Check, counts
+from harness.gpucheck.check_rows import Check, counts
 from harness.markdown import markdown_table
 
 MARKDOWN, JSON = "gpu-check.md", "gpu-check.json"

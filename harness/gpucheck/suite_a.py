@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from harness.gpucheck import delay_model
-from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.check_rows import Check, Verdict, run_check
 from harness.gpucheck.snapshot import engine_frame, frames_of, steady_offenders
 from harness.gpucheck.stress import (
     cycles_per_second,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.config import JobConfig, ProfileConfig
 from harness.engines.registry import BASELINES, REFERENCE, YAFSDP
-from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.check_rows import Check, Verdict, run_check
 from harness.gpucheck.training import engine_config
 from harness.models.hf import transformers_missing
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from harness.dtypes import DTYPES
 from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
 from harness.jobdir.grid_point import POINT_COLUMNS, GridPoint
 from harness.models.init_weights import canonical_name

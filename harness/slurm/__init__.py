@@ -4,7 +4,7 @@
 - sweep.py      submitter: plan, submit all, wait, decide statuses (the Hydra launcher's body)
 - task.py       what each SLURM task runs: one rank of the Hydra job
 - rank.py       the rank's distributed environment and its outcome file
-- outcome.py    the job's status from all ranks plus sacct; corrects result.json
+- job_end.py    the job's status from all ranks plus sacct; corrects result.json
 - dry_run.py    dry_run=true: each job checked and planned here, its sbatch request printed
 - adopt.py      a resume takes over the jobs a dead submitter left queued or running
 - hydra_plugins/yafsdp_bench_slurm  the plugin class Hydra instantiates

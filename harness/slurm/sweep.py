@@ -32,7 +32,7 @@ from harness.jobdir.result import finished_ok as _finished_ok
 from harness.plan.fit import job_prediction
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
-from harness.slurm.outcome import JobEnd, decide
+from harness.slurm.job_end import JobEnd, decide
 from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
