@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,8 @@ class TracedRecord:
 
 
 RECORD = TracedRecord()
+# Steps attributed another way than from the job's own traces (a test's table).
+Attribute = Callable[[Path], list[StepAttribution]]
 
 
 def job_traced(job_dir: Path | str) -> dict[str, Any]:
@@ -120,7 +123,7 @@ def job_traced(job_dir: Path | str) -> dict[str, Any]:
     return found if found is not None else {"error": f"{job_dir}: no traced record"}
 
 
-def job_records(job_dir: Path | str, attribute: Any = None) -> JobRecords:
+def job_records(job_dir: Path | str, attribute: Attribute | None = None) -> JobRecords:
     """The job's measured and traced records; `attribute(job_dir)`: its steps attributed
     another way (tests), in place of the cached record's."""
     job_dir = Path(job_dir)
@@ -132,7 +135,10 @@ def job_records(job_dir: Path | str, attribute: Any = None) -> JobRecords:
 
 
 def why(
-    job_a: Path | str, job_b: Path | str, attribute: Any = None, rank: int | None = None
+    job_a: Path | str,
+    job_b: Path | str,
+    attribute: Attribute | None = None,
+    rank: int | None = None,
 ) -> dict:
     """`harness.trace.diagnose.why.why` of two job directories' records (their grid points
     checked first, before any trace is read)."""
