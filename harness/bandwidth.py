@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from harness.placement import DTYPES, synchronize
+from harness.rank.environment import nccl_version
 from yafsdp_impl import all_gather, has_native_reduce_scatter, reduce_scatter
 
 SCHEMA = "yafsdp-bench.calibration/1"
@@ -242,7 +243,7 @@ def _rank_main(args: argparse.Namespace) -> dict[str, Any] | None:
             "hosts": sorted(set(hosts)),
             "device": torch.cuda.get_device_name(device) if gpu else "cpu",
             "torch": torch.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if gpu else None,
+            "nccl": nccl_version() if gpu else None,
             "dtypes": {"all_gather": args.dtype, "reduce_scatter": args.reduce_dtype},
             **rows,
         }
