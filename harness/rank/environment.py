@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-
 # A tree copied to a machine without its `.git` (a GPU node given a copy) cannot ask git:
 # `make gpu-check` passes the revision in this variable, read where git answers nothing.
 REVISION_ENV = "HARNESS_GIT_REVISION"
