@@ -45,7 +45,7 @@ class Run:
     def step(self, step: int) -> None:
         """One step: a configured fault, the session's step, the memory limit's check."""
         cfg = self.session.cfg
-        maybe_inject(cfg.fault, rank=self.session.rank, step=step)
+        maybe_inject(cfg.fault, rank=self.session.rank, step=step, device=self.session.device)
         loss, grad_norm = self.session.step(step)
         self.losses.append(loss)
         if grad_norm is not None:
