@@ -13,7 +13,7 @@ from harness.config import JobConfig
 from harness.engines.registry import ENGINES
 from harness.placement import placed
 from harness.plan import planner
-from harness.plan.memory import yafsdp_budget
+from harness.plan.memory.model import yafsdp_budget
 from harness.rank.session import engine_context
 
 GIB = 2**30
