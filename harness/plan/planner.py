@@ -9,7 +9,7 @@ from harness.config import JobConfig
 from harness.models.shapes import shape_of
 from harness.plan.calibrate.calibration import Calibration
 from harness.plan.constants import constants
-from harness.plan.memory.model.allocator import AllocatorEstimate, estimate_allocator, retry_note
+from harness.plan.memory.allocator import AllocatorEstimate, estimate_allocator, retry_note
 from harness.plan.memory.model import (
     MemoryCase,
     MemoryEstimate,
