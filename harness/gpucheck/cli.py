@@ -87,10 +87,12 @@ def estimate(suite: str, cuda: bool, left_s: float) -> str:
     return Work(units).describe() + ("" if cuda else "; skipped here: no CUDA device")
 
 
-def run_suite(suite: str, cuda: bool, args: argparse.Namespace, left_s: float,
+def run_suite(suite: str, cuda: bool, args: argparse.Namespace, deadline: Deadline,
               reports_dir: Path, rec: Recorder) -> None:  # fmt: skip
     """One suite's rows, each recorded as it is done."""
     import torch
+
+    left_s = deadline.left()
 
     if suite == "A":
         from harness.gpucheck import suite_a
@@ -99,7 +101,7 @@ def run_suite(suite: str, cuda: bool, args: argparse.Namespace, left_s: float,
     elif suite == "B":
         from harness.gpucheck import suite_b
 
-        rows = suite_b.run(rec.add) if cuda else suite_b.skipped_rows(NO_GPU)
+        rows = suite_b.run(rec.add, deadline.left) if cuda else suite_b.skipped_rows(NO_GPU)
     elif suite == "C":
         from harness.gpucheck import suite_c
 
@@ -144,7 +146,7 @@ def run_suites(suites: list[str], cuda: bool, args: argparse.Namespace, reports_
             continue
         print(f"[gpu-check] suite {suite}: {estimate(suite, cuda, left)}", flush=True)
         start = time.monotonic()
-        run_suite(suite, cuda, args, left, reports_dir, rec)
+        run_suite(suite, cuda, args, deadline, reports_dir, rec)
         rec.suite_done(suite, time.monotonic() - start)
 
 

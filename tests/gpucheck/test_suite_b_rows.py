@@ -150,3 +150,14 @@ def test_suite_a_parity_fails_on_twice_the_gradient(one_rank):
     assert not verdict.ok and "grad norms" in verdict.detail
     assert verdict.figures["fp32_loss_max_rel_diff"] < 1e-5
     assert parity_verdict(lambda label, dtype: _session(label, dtype), ("fp32",)).ok
+
+
+def test_rows_past_the_run_s_deadline_are_skipped_rows(monkeypatch):
+    monkeypatch.setattr(suite_b, "missing_package", lambda label: None)
+    monkeypatch.setattr(suite_b, "transformers_missing", lambda: None)
+    ran = _fake_jobs(monkeypatch, {"local": REF})
+    left = iter([30.0, 10.0, 0.0, -1.0, -2.0, -3.0, -4.0])
+    rows = suite_b.run(time_left=lambda: next(left))
+    assert [r.result for r in rows] == [PASS, PASS, SKIP, SKIP, SKIP, SKIP, SKIP]
+    assert rows[2].detail == "the run's deadline passed"
+    assert ran == ["local@2", "fsdp1@2", "fsdp2@2"]
