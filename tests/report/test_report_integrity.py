@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from sweep_fixtures import demo_sweep, write_job
 
 from harness.report import build_report
@@ -64,3 +65,46 @@ def test_engine_knobs_that_come_with_the_label_are_no_variant(tmp_path: Path) ->
     write_job(sweep, "2", engine="yafsdp")
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "async_unshard" not in text and "| setting |" not in text
+
+
+def test_a_report_of_a_running_sweep_says_so_and_names_the_jobs_in_flight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from harness.results.table import main as results_main
+    from harness.sweep.dirlock import acquire
+
+    sweep = demo_sweep(tmp_path / "sweep")
+    in_flight = sweep / "engine=fsdp1,rerun"
+    in_flight.mkdir()
+    (in_flight / "result.previous.1.json").write_text("{}")  # set aside by a rerun
+    sweep_lock = acquire(sweep, what="sweep directory")
+    job_lock = acquire(in_flight, what="job directory")
+    try:
+        text = build_report([sweep], tmp_path / "out").read_text()
+        assert results_main([str(sweep)]) == 0
+        assert "is running" in capsys.readouterr().out
+    finally:
+        job_lock.release()
+        sweep_lock.release()
+    head = text.split("\n## ")[0]
+    assert "is running" in head and f"PID {os.getpid()}" in head, head
+    assert "engine=fsdp1,rerun" in head and "partial" in head, head
+    after = build_report([sweep], tmp_path / "out").read_text().split("\n## ")[0]
+    assert "is running" not in after and "engine=fsdp1,rerun" not in after
+
+
+def test_a_dead_runners_lock_record_is_not_a_running_sweep(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from harness.sweep.dirlock import LOCK_FILE
+
+    sweep = demo_sweep(tmp_path / "sweep")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    record = {"pid": int(gone.stdout), "host": __import__("socket").gethostname(), "since": 1.0}
+    (sweep / LOCK_FILE).write_text(json.dumps(record))
+    head = build_report([sweep], tmp_path / "out").read_text().split("\n## ")[0]
+    assert "is running" not in head
