@@ -45,13 +45,12 @@ class Range:
         return f"{span}{UNKNOWN if self.zero_is_unknown else ''}"
 
 
-FRACTION = dict(high=1.0)
 DEVICE = {
     "peak_tflops": Range("dense tensor-core TFLOP/s"),
     "memory_gbps": Range("device memory bandwidth in GB/s"),
     "sm_count": Range("the device's SMs", low=1, low_included=True),
-    "gemm_efficiency": Range("the fraction of peak a large GEMM reaches", **FRACTION),
-    "memory_efficiency": Range("the fraction of memory bandwidth kernels reach", **FRACTION),
+    "gemm_efficiency": Range("the fraction of peak a large GEMM reaches", high=1.0),
+    "memory_efficiency": Range("the fraction of memory bandwidth kernels reach", high=1.0),
     "kernel_floor_us": Range("the shortest kernel in us", low_included=True),
     "launch_us": Range("host time to launch one op in us", low_included=True),
     "hook_us": Range("host time of one engine hook in us", low_included=True),
@@ -62,7 +61,7 @@ NETWORK = {
     "nvlink_channel_gbps": Range("GB/s of one ring channel"),
     "nics_per_node": Range("NICs of one node", low=1, low_included=True),
     "nic_gbps": Range("the line rate of one NIC in Gb/s"),
-    "nic_efficiency": Range("the fraction of the line rate NCCL achieves", **FRACTION),
+    "nic_efficiency": Range("the fraction of the line rate NCCL achieves", high=1.0),
     "node_decline_per_doubling": Range(
         "bus bandwidth lost per doubling of nodes", high=0.999, low_included=True
     ),
