@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -343,7 +344,8 @@ class Console:
             lines.append(f"results:   {short_path(results_csv)}")
             if timelines:
                 lines.append(f"timelines: {timelines} in {short_path(sweep_dir / 'timelines')}")
-            lines.append(f"report:    python -m harness.report {short_path(sweep_dir)}")
+            report = shlex.join(["python", "-m", "harness.report", short_path(sweep_dir)])
+            lines.append(f"report:    {report}")
         if verdict:
             lines.append(verdict)
         for line in lines:

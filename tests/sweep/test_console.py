@@ -144,3 +144,14 @@ def test_a_multi_line_error_keeps_the_jobs_row_on_one_line(tmp_path: Path) -> No
         if total is None:  # a single job has no summary: the rest follows its row, indented
             rest = out.getvalue().split(rows[0], 1)[1].splitlines()[1:]
             assert any("TORCHDYNAMO_VERBOSE" in ln and ln.startswith("  ") for ln in rest)
+
+
+def test_the_summarys_report_command_is_shell_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    sweep = tmp_path / "my sweep;$(x)"
+    out = io.StringIO()
+    Console(total=1, stream=out).summary(sweep_dir=sweep, results_csv=sweep / "results.csv")
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("report:")]
+    command = line.removeprefix("report:").strip()
+    assert shlex.split(command) == ["python", "-m", "harness.report", str(sweep)], line
