@@ -108,3 +108,15 @@ def test_a_dead_runners_lock_record_is_not_a_running_sweep(tmp_path: Path) -> No
     (sweep / LOCK_FILE).write_text(json.dumps(record))
     head = build_report([sweep], tmp_path / "out").read_text().split("\n## ")[0]
     assert "is running" not in head
+
+
+def test_the_aa_tables_twin_column_names_the_twin(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job, label in (("a", "yafsdp"), ("b", "yafsdp_again")):
+        path = write_job(sweep, job, engine="yafsdp")
+        _set_config(path, engine={"name": "yafsdp", "label": label, "reduce_dtype": "fp32",
+                                  "async_unshard": False, "options": {}})  # fmt: skip
+    text = build_report([sweep], tmp_path / "out").read_text()
+    section = text.split("### YaFSDP vs YaFSDP again, as `yafsdp_again`")[1].split("\n## ")[0]
+    header = next(ln for ln in section.splitlines() if ln.startswith("| model"))
+    assert "yafsdp_again iteration time (s)" in header and "FSDP iteration time" not in header
