@@ -119,4 +119,4 @@ def test_the_aa_tables_twin_column_names_the_twin(tmp_path: Path) -> None:
     text = build_report([sweep], tmp_path / "out").read_text()
     section = text.split("### YaFSDP vs YaFSDP again, as `yafsdp_again`")[1].split("\n## ")[0]
     header = next(ln for ln in section.splitlines() if ln.startswith("| model"))
-    assert "yafsdp_again iteration time (s)" in header and "FSDP iteration time" not in header
+    assert "| yafsdp_again iteration time (s) |" in header and "| FSDP iteration" not in header
