@@ -3,7 +3,8 @@
 Every message names the field and says what to change. The checks come in groups, one
 module each: choices (fields with a few values), ranges (numbers), engine (a label and
 its options), device_ranges and shapes (the hardware profile's numbers and lists), model
-(what needs the model's shapes) and machine (what this machine can run, for a local launch).
+(what needs the model's shapes), torch_version (the torch a plan models) and machine (what
+this machine can run, for a local launch).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from harness.validate.machine import Machine, machine_errors
 from harness.validate.model import SHARDED_BYTES_PER_PARAM, model_errors
 from harness.validate.ranges import range_errors, repeat_errors
 from harness.validate.shapes import device_spec_errors
+from harness.validate.torch_version import torch_version_errors
 
 __all__ = [
     "SHARDED_BYTES_PER_PARAM",
@@ -47,6 +49,7 @@ def validation_errors(
         *engine_job_errors(cfg),
         *device_range_errors(cfg.device_spec),
         *device_spec_errors(cfg.device_spec),
+        *torch_version_errors(cfg),
     ]
     if errors:  # the model and the machine are judged on a config that is whole
         return errors

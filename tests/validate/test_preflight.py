@@ -284,3 +284,31 @@ def test_the_shipped_hardware_profiles_pass_the_range_checks() -> None:
 
     for hardware in ("a100_80gb", "h100_80gb", "cpu", "local"):
         assert job_configs([f"hardware={hardware}", "model=llama2_7b", "gpus=16", "engine=yafsdp"])
+
+
+# The torch version a plan models ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        (["torch_version=1.0", "engine=yafsdp"], ("torch_version=1.0", "2.1")),
+        (["torch_version=2.0", "engine=fsdp1"], ("torch_version=2.0", "2.1")),
+        (["torch_version=2.2", "engine=fsdp2"], ("torch_version=2.2", "engine=fsdp2", "FSDP2")),
+        (["torch_version=latest", "engine=yafsdp"], ("torch_version='latest'", "major.minor")),
+    ],
+)
+def test_a_torch_the_planner_does_not_model_is_refused(overrides: list, fragments: tuple) -> None:
+    from harness.plan.cli import PlanError, job_configs
+
+    with pytest.raises(PlanError) as refusal:
+        job_configs(["hardware=a100_80gb", "model=llama2_7b", "gpus=64", *overrides])
+    assert all(f in str(refusal.value) for f in fragments), str(refusal.value)
+
+
+def test_a_torch_the_planner_models_is_planned() -> None:
+    from harness.plan.cli import job_configs
+
+    for engine, version in (("fsdp1", "2.1"), ("fsdp2", "2.3"), ("yafsdp", "2.13")):
+        point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=64"]
+        assert job_configs([*point, f"engine={engine}", f"torch_version={version}"])
