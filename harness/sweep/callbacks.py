@@ -23,6 +23,7 @@ from harness.sweep.dirlock import (
 )
 from harness.sweep.empty_dirs import first_existing
 from harness.sweep.order import alternate, checked_repeats
+from harness.sweep.running import nested_in_use
 
 # Exit statuses of `python -m harness`, a single run's and a sweep's alike.
 EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -189,6 +190,11 @@ class AggregateResults(Callback):
                 lock = acquire(sweep_dir, what="sweep directory")
             except (DirectoryLocked, LockUnavailable) as e:  # a SystemExit passes Hydra's
                 print(f"[harness] refused: {e}", file=sys.stderr)  # catch of callback errors
+                sys.exit(EXIT_LOCKED)
+            nested = nested_in_use(sweep_dir)
+            if nested is not None:
+                lock.release()
+                print(f"[harness] refused: {nested}", file=sys.stderr)
                 sys.exit(EXIT_LOCKED)
             if lock.taken_over:
                 print(

@@ -18,6 +18,7 @@ from harness.sweep.dirlock import LOCK_FILE, describe_holder, lock_record
 
 # A PID's start time is read in clock ticks since boot; records keep seconds since the epoch.
 _SLACK_S = 2.0
+SWEEP_MARK = "multirun.yaml"  # what Hydra writes in every sweep directory
 
 
 @dataclass
@@ -96,3 +97,34 @@ def describe_running(sweep_dirs: list[Path]) -> list[str]:
     """A line for each sweep that is running now."""
     found = (running_sweep(s) for s in sweep_dirs)
     return [r.line() for r in found if r is not None]
+
+
+def nested_in_use(sweep_dir: Path) -> str | None:
+    """Why a sweep in `sweep_dir` would share a tree with a live runner: a directory above
+    it is locked (another sweep, or one of its jobs), or a sweep below it is; else None.
+    Two such sweeps run at once, and the outer one's table later takes in the inner's jobs."""
+    sweep_dir = Path(sweep_dir).resolve()
+    for above in sweep_dir.parents:
+        record = lock_record(above)
+        if _alive(record) is not False:
+            return _nested(sweep_dir, "inside", above, record)
+    for lock in sweep_dir.rglob(LOCK_FILE):
+        below = lock.parent
+        if below != sweep_dir and (below / SWEEP_MARK).exists():
+            record = lock_record(below)
+            if _alive(record) is not False:
+                return _nested(sweep_dir, "around", below, record)
+    return None
+
+
+def _nested(sweep_dir: Path, how: str, other: Path, record: dict[str, Any] | None) -> str:
+    live = _alive(record)
+    unsure = (
+        f"; if it is not running, remove {other / LOCK_FILE}" if live is None else ""
+    )  # another host's runner cannot be checked from here
+    return (
+        f"sweep directory {sweep_dir} is {how} {other}, which is in use by "
+        f"{describe_holder(record)}: both would run at once and the outer sweep's table "
+        f"would take in the inner one's jobs; choose a directory outside it "
+        f"(hydra.sweep.dir=...){unsure}"
+    )
