@@ -42,14 +42,16 @@ class Running:
 
 def running_sweep(sweep_dir: Path) -> Running | None:
     """The sweep's live runner and its jobs in flight, or None when no live runner holds
-    the sweep or any of its job directories."""
+    the sweep or any of its job directories. A job's record from another host counts only
+    while the sweep's runner may live: a SLURM job killed on its node leaves one behind."""
     sweep_dir = Path(sweep_dir)
     record = lock_record(sweep_dir)
     live = _alive(record)
+    counts = (True,) if live is False else (True, None)
     jobs = sorted(
         str(lock.parent.relative_to(sweep_dir))
         for lock in sweep_dir.rglob(LOCK_FILE)
-        if lock.parent != sweep_dir and _alive(lock_record(lock.parent)) is not False
+        if lock.parent != sweep_dir and _alive(lock_record(lock.parent)) in counts
     )
     if live is False and not jobs:
         return None
