@@ -9,6 +9,8 @@ group is whatever the caller initialised (gloo of one rank, or a fake one of any
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import pytest
@@ -81,10 +83,17 @@ def track_engine(log: AccessLog, engine: YaFSDP) -> None:
         log.track(name, t)
 
 
+Watch = Callable[[torch.optim.Optimizer], AbstractContextManager]
+
+
 def run_case(
-    case: Case, monkeypatch: pytest.MonkeyPatch, drop_waits_of: frozenset[str] = frozenset()
+    case: Case,
+    monkeypatch: pytest.MonkeyPatch,
+    drop_waits_of: frozenset[str] = frozenset(),
+    watch: Watch = lambda optimizer: nullcontext(),
 ) -> Outcome:
-    """STEPS steps (clipped, AdamW) on the stream branch; the races the log saw."""
+    """STEPS steps (clipped, AdamW) on the stream branch; the races the log saw. `watch`
+    gives a context entered around the steps (after the engine is built)."""
     cuda = FakeCuda(drop_waits_of)
     monkeypatch.setattr(_events, "torch", _TorchWithFakeCuda(cuda.module()))
     model = build("gpt")
@@ -101,7 +110,7 @@ def run_case(
         engine.prefetch_after(opt)
     log = AccessLog(cuda)
     track_engine(log, engine)
-    with logged_collectives(log, monkeypatch), KernelLog(log):
+    with watch(opt), logged_collectives(log, monkeypatch), KernelLog(log):
         for step in range(STEPS):
             for micro in range(case.grad_accum_steps):
                 tokens = _tokens(vocab_of(model), step, micro)

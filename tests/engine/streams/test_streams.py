@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from tests.engine.streams.fake_cuda import FakeCuda
+from tests.host_syncs import HostSyncs, optimizer_step_counters
 from tests.engine.streams.race_log import AccessLog
 from tests.engine.streams.run import Case, Outcome, run_case
 
@@ -106,6 +107,23 @@ def test_removing_one_direction_of_waiting_is_a_race(
     assert all(r.then.stream == dropped for r in outcome.races)
     storages = {r.storage for r in outcome.races}
     assert any(s.startswith("weight buffer") for s in storages), storages
+
+
+@pytest.mark.parametrize("world", [1, 3], indirect=True, ids=lambda p: f"world{p}")
+def test_the_stream_branch_never_waits_on_the_host(
+    world: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA every wait of the engine is a stream's: no op of its steps (clipping and the
+    optimizer step included) reads a device value back."""
+    syncs: list[HostSyncs] = []
+
+    def watch(optimizer: torch.optim.Optimizer) -> HostSyncs:
+        syncs.append(HostSyncs(exempt=lambda: optimizer_step_counters(optimizer)))
+        return syncs[-1]
+
+    outcome = run_case(Case(grad_accum_steps=2), monkeypatch, watch=watch)
+    _took_the_stream_branch(outcome)
+    assert [str(s) for s in syncs[0].found] == []
 
 
 # ---- the stand-in itself -----------------------------------------------------------------
