@@ -48,9 +48,7 @@ class Sync:
 
 def optimizer_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """AdamW's `step` tensors: on the host unless fused or capturable (a read is free)."""
-    return [
-        s["step"] for s in optimizer.state.values() if isinstance(s.get("step"), torch.Tensor)
-    ]
+    return [s["step"] for s in optimizer.state.values() if isinstance(s.get("step"), torch.Tensor)]
 
 
 def _to_host(args: tuple, kwargs: dict) -> bool:

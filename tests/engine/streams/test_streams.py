@@ -16,9 +16,9 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from tests.engine.streams.fake_cuda import FakeCuda
-from tests.host_syncs import HostSyncs, optimizer_step_counters
 from tests.engine.streams.race_log import AccessLog
 from tests.engine.streams.run import Case, Outcome, run_case
+from tests.host_syncs import HostSyncs, optimizer_step_counters
 
 MATRIX = [
     Case(param_dtype=dtype, grad_accum_steps=accum, prefetch=prefetch)
