@@ -33,6 +33,7 @@ class Case:
     prefetch: bool = True
     buffer_plan: str = "auto"
     ckpt_units: int = 0
+    reload: str | None = None  # "full" or "local": the state dict saved and loaded after steps
 
     def __str__(self) -> str:
         dtype = str(self.param_dtype).removeprefix("torch.")
@@ -41,6 +42,7 @@ class Case:
         return (
             f"{dtype}-reduce_{reduce}-accum{self.grad_accum_steps}-{prefetch}"
             f"-{self.buffer_plan}-ckpt{self.ckpt_units}"
+            + (f"-reload_{self.reload}" if self.reload else "")
         )
 
 
@@ -118,11 +120,21 @@ def run_case(
             engine.clip_grad_norm_(MAX_NORM)
             opt.step()
             opt.zero_grad()
+            _reload(engine, case.reload)
         engine.wait_in_flight()
         # What a host would read after the last step: every buffer, on the compute stream.
         everything = [t for s in log.kept for t in [torch.empty(0).set_(s)] if t.numel()]
         log.kernel("read after wait_in_flight", [t.view(torch.uint8) for t in everything], [])
     return Outcome(log.races, log.kernels, log.touched, cuda.calls, engine.collective_log)
+
+
+def _reload(engine: YaFSDP, how: str | None) -> None:
+    """Save and load the weights between steps, as a checkpoint resume does (the gathers
+    `prefetch_after` started may still be in flight)."""
+    if how == "full":
+        engine.load_full_state_dict(engine.full_state_dict())
+    elif how == "local":
+        engine.load_local_state_dict(engine.local_state_dict())
 
 
 def _tokens(vocab: int, step: int, micro: int) -> torch.Tensor:

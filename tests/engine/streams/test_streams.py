@@ -81,6 +81,22 @@ def test_other_plans_and_checkpointing_have_no_race(
     assert outcome.races == [], _describe(outcome)
 
 
+@pytest.mark.parametrize("world", [1, 3], indirect=True, ids=lambda p: f"world{p}")
+@pytest.mark.parametrize(
+    "case",
+    [Case(reload="full"), Case(reload="local"), Case(param_dtype=torch.float32, reload="full")],
+    ids=str,
+)
+def test_loading_weights_waits_for_the_prefetched_gathers(
+    case: Case, world: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state dict loaded after `prefetch_after` started the next step's gathers: they
+    read the master (fp32) or its param-dtype copy, which the load and the next step's copy
+    overwrite, so the load waits for them first."""
+    outcome = run_case(case, monkeypatch)
+    assert outcome.races == [], _describe(outcome)
+
+
 @pytest.mark.parametrize("world", [1], indirect=True, ids=lambda p: f"world{p}")
 def test_lent_weight_buffers_are_read_by_reduce_scatters(
     world: int, monkeypatch: pytest.MonkeyPatch
