@@ -34,6 +34,12 @@ EXTRA = [
     Case(ckpt_units=2, grad_accum_steps=2),
     Case(reduce_dtype=torch.bfloat16, grad_accum_steps=2),
 ]
+# A state dict saved and loaded between steps, while prefetched gathers may be in flight.
+RELOADS = [
+    Case(reload="full"),
+    Case(reload="local"),
+    Case(param_dtype=torch.float32, reload="full"),
+]
 
 
 @pytest.fixture(params=[1, 3, 8], ids=lambda p: f"world{p}")
@@ -82,11 +88,7 @@ def test_other_plans_and_checkpointing_have_no_race(
 
 
 @pytest.mark.parametrize("world", [1, 3], indirect=True, ids=lambda p: f"world{p}")
-@pytest.mark.parametrize(
-    "case",
-    [Case(reload="full"), Case(reload="local"), Case(param_dtype=torch.float32, reload="full")],
-    ids=str,
-)
+@pytest.mark.parametrize("case", RELOADS, ids=str)
 def test_loading_weights_waits_for_the_prefetched_gathers(
     case: Case, world: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
