@@ -122,9 +122,10 @@ def run_case(
             opt.zero_grad()
             _reload(engine, case.reload)
         engine.wait_in_flight()
-        # What a host would read after the last step: every buffer, on the compute stream.
-        everything = [t for s in log.kept for t in [torch.empty(0).set_(s)] if t.numel()]
-        log.kernel("read after wait_in_flight", [t.view(torch.uint8) for t in everything], [])
+    # What a host would read after the last step: every buffer, on the compute stream
+    # (the views made outside the dispatch mode, which would log `set_` as a write).
+    everything = [torch.empty(0, dtype=torch.uint8).set_(s) for s in log.kept if s.nbytes()]
+    log.kernel("read after wait_in_flight", everything, [])
     return Outcome(log.races, log.kernels, log.touched, cuda.calls, engine.collective_log)
 
 

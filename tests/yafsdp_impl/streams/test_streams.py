@@ -19,6 +19,7 @@ from tests.host_syncs import HostSyncs, optimizer_step_counters
 from tests.yafsdp_impl.streams.fake_cuda import FakeCuda
 from tests.yafsdp_impl.streams.race_log import AccessLog
 from tests.yafsdp_impl.streams.run import Case, Outcome, run_case
+from yafsdp_impl import Schedule
 
 MATRIX = [
     Case(param_dtype=dtype, grad_accum_steps=accum, prefetch=prefetch)
@@ -97,6 +98,17 @@ def test_loading_weights_waits_for_the_prefetched_gathers(
     overwrite, so the load waits for them first."""
     outcome = run_case(case, monkeypatch)
     assert outcome.races == [], _describe(outcome)
+
+
+@pytest.mark.parametrize("world", [3], indirect=True, ids=lambda p: f"world{p}")
+def test_gathers_left_in_flight_are_seen(world: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `wait_in_flight`, the host's read after the last step meets the gathers
+    `prefetch_after` started: the harness's last check is not vacuous."""
+    monkeypatch.setattr(Schedule, "wait_in_flight", lambda self: None)
+    outcome = run_case(Case(prefetch=True), monkeypatch)
+    assert outcome.races
+    assert {r.then.op for r in outcome.races} == {"read after wait_in_flight"}
+    assert {r.storage for r in outcome.races} >= {"weight buffer 0", "resident weight"}
 
 
 @pytest.mark.parametrize("world", [1], indirect=True, ids=lambda p: f"world{p}")
