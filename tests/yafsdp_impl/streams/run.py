@@ -33,6 +33,7 @@ class Case:
     prefetch: bool = True
     buffer_plan: str = "auto"
     ckpt_units: int = 0
+    clip: bool = True
     reload: str | None = None  # "full" or "local": the state dict saved and loaded after steps
 
     def __str__(self) -> str:
@@ -42,6 +43,7 @@ class Case:
         return (
             f"{dtype}-reduce_{reduce}-accum{self.grad_accum_steps}-{prefetch}"
             f"-{self.buffer_plan}-ckpt{self.ckpt_units}"
+            + ("" if self.clip else "-noclip")
             + (f"-reload_{self.reload}" if self.reload else "")
         )
 
@@ -117,7 +119,8 @@ def run_case(
             for micro in range(case.grad_accum_steps):
                 tokens = _tokens(vocab_of(model), step, micro)
                 loss_of(engine, tokens).backward()
-            engine.clip_grad_norm_(MAX_NORM)
+            if case.clip:
+                engine.clip_grad_norm_(MAX_NORM)
             opt.step()
             opt.zero_grad()
             _reload(engine, case.reload)
