@@ -18,6 +18,7 @@ from harness.job.run import run_job
 from harness.jobdir.paths import JobDir
 from harness.jobdir.result import make_result, write_result
 from harness.validate import validation_errors
+from tests.cuda_fakes import fake_cuda
 
 
 def _ok(cfg: JobConfig, t: float) -> object:
@@ -76,10 +77,11 @@ def test_the_snapshot_records_the_allocator_history_around_its_steps(monkeypatch
 
     calls: list[tuple] = []
     memory = torch.cuda.memory
-    monkeypatch.setattr(memory, "_record_memory_history",
-                        lambda *a, **k: calls.append(("record", a, k)))  # fmt: skip
-    monkeypatch.setattr(memory, "_dump_snapshot", lambda path: calls.append(("dump", path)))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    fake_cuda(monkeypatch, "_record_memory_history", module=memory,
+              side_effect=lambda *a, **k: calls.append(("record", a, k)))  # fmt: skip
+    fake_cuda(monkeypatch, "_dump_snapshot", module=memory,
+              side_effect=lambda filename: calls.append(("dump", filename)))  # fmt: skip
+    fake_cuda(monkeypatch, "synchronize", None)
     steps: list[int] = []
     out = memory_snapshot.snapshot_path(tmp_path, 1)
     assert (
