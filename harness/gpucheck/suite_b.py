@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.config import JobConfig, ProfileConfig
+from harness.engines import upstream
 from harness.engines.registry import REFERENCE, YAFSDP
-from harness.engines.upstream import INSTALL as YA_FSDP_INSTALL
 from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
 from harness.gpucheck.parity import Trace, compare
 from harness.gpucheck.training import engine_config
@@ -41,7 +41,7 @@ ROWS: tuple[tuple[int, str], ...] = (
 # What an engine needs beyond a bare GPU machine's torch: the module and how to get it.
 PACKAGES = {
     "deepspeed": ("deepspeed", "pip install deepspeed"),
-    "ya_fsdp": ("ya_fsdp", YA_FSDP_INSTALL),
+    "ya_fsdp": ("ya_fsdp", upstream.INSTALL),
 }
 # fp32 on the same kernels: the engines differ only in how they group reductions and in
 # the GPU's own non-deterministic attention backward, far below this.
@@ -88,13 +88,18 @@ def job_trace(label: str, world_size: int, root: Path, model_impl: str = "native
 
 
 def missing_package(label: str) -> str | None:
-    """Why `label` cannot run on this machine (its package is absent), else None."""
+    """Why `label` cannot run on this machine (its package is absent, or for `ya_fsdp`
+    fails to import), else None."""
     if label not in PACKAGES:
         return None
     module, install = PACKAGES[label]
-    if importlib.util.find_spec(module) is not None:
+    if label == "ya_fsdp":
+        problem = upstream.import_problem()
+    else:
+        problem = None if importlib.util.find_spec(module) else "it is not installed"
+    if problem is None:
         return None
-    return f"{module} is not installed on this machine (`{install}`): {label} not compared"
+    return f"{module}: {problem} on this machine (`{install}`): {label} not compared"
 
 
 class References:

@@ -32,7 +32,7 @@ def _jobs() -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize("label, world_size, model_impl", _jobs())
 def test_every_suite_b_job_runs_on_one_gpu(monkeypatch, label, world_size, model_impl):
-    monkeypatch.setattr(upstream, "available", lambda: True)  # as where it is installed
+    monkeypatch.setattr(upstream, "import_problem", lambda: None)  # as where it is installed
     cfg = suite_b.job_config(label, world_size, model_impl)
     assert validation_errors(cfg, local_devices=1) == []
 
@@ -84,7 +84,7 @@ def test_a_missing_package_is_a_skipped_row_and_a_failure_is_its_own(monkeypatch
         "7 hf parity yafsdp on 2 gloo ranks": PASS,
     }
     assert "invalid device ordinal" in rows[0].detail
-    assert "deepspeed is not installed" in rows[3].detail
+    assert "deepspeed is not installed" in rows[3].detail  # as the fake says
     # the reference runs once per world size and model, and no skipped engine runs
     assert ran.count("local@2") == 2 and ran.count("local@3") == 1
     assert not any(r.startswith(("deepspeed", "ya_fsdp")) for r in ran)
@@ -94,7 +94,11 @@ def test_a_missing_package_is_named_with_its_install_command(monkeypatch):
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert "pip install deepspeed" in (suite_b.missing_package("deepspeed") or "")
+    monkeypatch.setattr(upstream, "import_problem", lambda: "it is not installed")
+    assert suite_b.missing_package("deepspeed") == (
+        "deepspeed: it is not installed on this machine (`pip install deepspeed`): "
+        "deepspeed not compared"
+    )
     assert upstream.INSTALL in (suite_b.missing_package("ya_fsdp") or "")
     assert suite_b.missing_package("fsdp1") is None
 
