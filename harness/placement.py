@@ -95,3 +95,11 @@ class Placement:
     def job(self, cfg: JobConfig) -> JobConfig:
         """`cfg` as this rank runs it (what the planner is given)."""
         return placed(cfg, self.device)
+
+
+def nccl_version() -> str:
+    """NCCL's version, as '2.21.5'. `torch.cuda.nccl` is a submodule `import torch` does
+    not load: imported here, not reached as an attribute that exists only by chance."""
+    import torch.cuda.nccl as nccl
+
+    return ".".join(map(str, nccl.version()))

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,11 @@ def write_results_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> Path:
     return _write_csv(Path(sweep_dir), df)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, notes: Callable[[Path], list[str]] = lambda sweep: []
+) -> int:
+    """`notes(sweep)`: lines to say after a sweep's table (`python -m harness.results`
+    passes whether the sweep is running now)."""
     parser = argparse.ArgumentParser(
         prog="python -m harness.results",
         description="Rebuild <sweep dir>/results.csv from the job directories' result.json.",
@@ -310,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         out, df = _write_csv(sweep)
         counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
         print(f"wrote {out}: {len(df)} jobs ({counts or 'none found'})")
+        for line in notes(sweep):
+            print(f"note: {line}")
         for problem in df.attrs["problems"]:
             print(f"skipped {problem}")
     return 0

@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.jobdir.result import shared_file_mode
 from harness.trace.parse import TraceError, load_trace
 from harness.trace.summary import (
     Analysis,
@@ -71,6 +72,7 @@ def _write_json(target: Path, key: dict[str, Any], value: dict[str, Any]) -> Non
     try:
         target.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.fchmod(fd, shared_file_mode())  # mkstemp makes 0600; a sweep is shared
         with os.fdopen(fd, "w") as f:
             json.dump({"key": key, "value": value}, f)
         os.replace(tmp, target)

@@ -23,7 +23,8 @@ from harness.trace.diagnose import traced
 from harness.trace.diagnose.attribute import StepAttribution, attribute_loaded
 from harness.trace.diagnose.critical_path import CriticalPath, critical_paths
 from harness.trace.diagnose.ranks import CrossRank, split_collectives
-from harness.trace.diagnose.why import JobRecords, WhyError, check_same_point
+from harness.trace.diagnose.why import JobRecords, WhyError
+from harness.trace.diagnose.why import check_same_point as same_point_of_records
 from harness.trace.diagnose.why import why as why_records
 from harness.trace.parse import TraceError, load_trace
 from harness.trace.summary import Analysis, analyse, find_traces
@@ -134,6 +135,13 @@ def job_records(job_dir: Path | str, attribute: Attribute | None = None) -> JobR
     return JobRecords(job_dir, result, record)
 
 
+def check_same_point(job_a: Path | str, job_b: Path | str) -> None:
+    """WhyError, naming the fields, where two job directories are at different grid points
+    (read from their results alone)."""
+    records = [JobRecords(Path(j), read_job_result(j), {}) for j in (job_a, job_b)]
+    same_point_of_records(*records)
+
+
 def why(
     job_a: Path | str,
     job_b: Path | str,
@@ -142,5 +150,5 @@ def why(
 ) -> dict:
     """`harness.trace.diagnose.why.why` of two job directories' records (their grid points
     checked first, before any trace is read)."""
-    check_same_point(*(JobRecords(Path(j), read_job_result(j), {}) for j in (job_a, job_b)))
+    check_same_point(job_a, job_b)
     return why_records(job_records(job_a, attribute), job_records(job_b, attribute), rank)

@@ -115,7 +115,7 @@ def test_report_and_arithmetic_import_no_torch(tmp_path):
 
     code = (
         "import harness.gpucheck.report, harness.gpucheck.check_rows, "
-        "harness.gpucheck.delay_model, harness.gpucheck.footprint"
+        "harness.gpucheck.judging, harness.gpucheck.footprint"
     )
     proc = run_without_torch(tmp_path, "-c", code)
     assert proc.returncode == 0, proc.stderr

@@ -102,18 +102,21 @@ LAYERS = [
     ("harness.sweep",),
     ("harness.slurm",),
     ("harness.report",),
-    ("harness.gpucheck", "harness.cli_overrides", "harness.cli", "harness.__main__"),
-]
+    # the faces: command lines over everything below (a package's own `__main__` too)
+    ("harness.gpucheck", "harness.cli_overrides", "harness.cli", "harness.__main__",
+     "harness.results.__main__"),
+]  # fmt: skip
 # The one upward arrow: a rank gives yafsdp the planner's memory budget for its buffer plan
 # (the engine and the prediction choose the same plan). Nothing else of a rank plans.
 ALLOWED_UPWARD = {"harness.rank -> harness.plan": {"harness.rank.session -> harness.plan.planner"}}
 
 
 def _layer(module: str) -> int:
-    for i, packages in enumerate(LAYERS):
-        if any(_in(module, p) for p in packages):
-            return i
-    raise AssertionError(f"{module} is in no layer of LAYERS: place its package there")
+    """The layer of the longest entry of LAYERS that holds `module`."""
+    found = [(len(p), i) for i, packages in enumerate(LAYERS) for p in packages if _in(module, p)]
+    if not found:
+        raise AssertionError(f"{module} is in no layer of LAYERS: place its package there")
+    return max(found)[1]
 
 
 def upward_arrows(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -85,3 +85,21 @@ def test_a_job_directory_is_named_by_measured_fields_alone() -> None:
     assert "repeat" not in RESULT_NEUTRAL_FIELDS and lifetime_of("engine.name") == "measured"
     with pytest.raises(KeyError, match="no field"):
         lifetime_of("no_such_field")
+
+
+@pytest.mark.parametrize(
+    "override_dirname",
+    ["device_spec.name=../../../outside", "device_spec.name=a/b,seq_len=64", "x=..", "x=/abs"],
+)
+def test_a_config_value_cannot_move_a_job_out_of_its_sweep(
+    tmp_path: Path, override_dirname: str
+) -> None:
+    sweep = tmp_path / "sweep"
+    name = job_subdir(override_dirname, str(sweep))
+    assert "/" not in name and name not in (".", "..")
+    assert (sweep / name).resolve().parent == sweep.resolve()
+
+
+def test_an_escaped_slash_keeps_distinct_values_apart() -> None:
+    assert job_subdir("device_spec.name=a/b") != job_subdir("device_spec.name=a_b")
+    assert job_subdir("device_spec.name=a/b") != job_subdir("device_spec.name=a%2Fb")
