@@ -12,7 +12,7 @@ import os
 import signal
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from harness.config import JobConfig
@@ -28,6 +28,7 @@ from harness.jobdir.rank_outcome import (
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
+from harness.models.presets import config_fingerprint
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -106,18 +107,20 @@ def _run_job(
     say: Callable[[str], None],
     ranks_here: bool,
 ) -> JobOutcome:
+    # what an hf: config.json says now, not when the config was built
+    cfg = replace(cfg, model_config_sha256=config_fingerprint(cfg.model))
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
         return JobOutcome(_dry_run_result(cfg, errors, say, ranks_here), False, job_dir)
-    stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
-    if stray is not None:
-        say(stray)
     reason = rerun_reason(job_dir, config)
     if reason is None and cfg.rerun:
         reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
-    if reason is None:
+    if reason is None:  # an ok result outlives its attempt's processes: none to look for
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
+    stray = end_stray_attempt(job_dir)  # before the directory is set aside or cleared
+    if stray is not None:
+        say(stray)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()

@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import tempfile
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from harness.trace.parse import TraceError
 from harness.trace.summary import find_traces, summarize_job, summarize_trace
 
 # Bump whenever a change to parsing, classification or overlap alters any summary.
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 
 
 CACHE_DIR = "trace_cache"  # a job's summaries, beside its traces/ folder
@@ -42,8 +43,8 @@ def _key(trace: Path) -> dict[str, int]:
 def _read_cache(trace: Path) -> dict[str, Any] | None:
     try:
         cached = json.loads(cache_path(trace).read_text())
-        if cached.get("key") == _key(trace):
-            return cached["value"]
+        if cached.get("key") == _key(trace) and isinstance(cached["value"], dict):
+            return cached["value"]  # anything else in the entry is redone, never trusted
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         pass
     return None
@@ -72,6 +73,14 @@ def cached_trace_summary(trace: Path) -> dict[str, Any]:
             value = summarize_trace(trace)
         except TraceError as e:
             value = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - a flaw of the analysis on this trace: said
+            # as this job's profile error (not cached, so a fix reaches it at once), so that
+            # one trace never takes down the sweep's table and report
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            raise TraceError(
+                f"{trace}: the trace analysis failed: {type(e).__name__}: "
+                f"{' '.join(str(e).split())} (at {Path(where.filename).name}:{where.lineno})"
+            ) from e
         _write_cache(trace, key, value)
     if "error" in value:
         raise TraceError(value["error"])
