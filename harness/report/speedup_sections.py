@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.engines.registry import ENGINES
 from harness.report.compare import (
     BASELINES,
     STATUS_CELL,
     YAFSDP,
     baseline_title,
     metric,
+    off_registered,
     point_label,
 )
 from harness.report.jobs import ReportJobs
@@ -69,6 +71,7 @@ def published_tables(
         blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
             blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows))]
+            blocks += off_registered_note(rows, baseline)
             gaps = _gaps(rows, baseline)
             if gaps:
                 blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
@@ -82,6 +85,28 @@ def published_tables(
             if measured is not None:
                 blocks += measured_block(rows, baseline, measured, predicted_terms)
     return blocks
+
+
+def off_registered_note(rows: list[Speedup], baseline: str) -> list[str]:
+    """Where this table's jobs ran an engine with a knob away from its label's registered
+    value, the heading's description does not hold for them: said under the table."""
+    off = {
+        (label, knob)
+        for r in rows
+        for label, row in ((YAFSDP, r.yafsdp), (baseline, r.baseline))
+        if row is not None
+        for knob in off_registered(row)
+    }
+    if not off:
+        return []
+    knobs = "; ".join(f"{label} with {knob}" for label, knob in sorted(off))
+    titles = {label: ENGINES[label].title if label in ENGINES else label for label, _ in off}
+    named = sorted({title.split(" (")[0] for title in titles.values()})
+    return [
+        f"**Not as registered**: these jobs ran {knobs}, so this table is not "
+        f"{' or '.join(named)} as the heading describes it, but the variant its setting "
+        "names."
+    ]
 
 
 def aa_verdict(rows: list[Speedup]) -> str:

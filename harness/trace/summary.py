@@ -7,7 +7,6 @@ each with a one-line warning naming the file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
