@@ -98,7 +98,9 @@ def _is_the_attempt(record: dict, job_dir: Path) -> bool:
     same boot, same start time, a command line naming the launcher and this job directory.
     A record without them (an older version's) proves nothing."""
     pgid, started = record.get("pgid"), record.get("leader_start")
-    if not isinstance(started, int) or record.get("boot_id") != _boot_id():
+    if not isinstance(pgid, int) or not isinstance(started, int):
+        return False
+    if record.get("boot_id") != _boot_id():
         return False
     if _start_time(pgid) != started:
         return False

@@ -182,8 +182,8 @@ class _Columns:
             dur = e.get("dur")
             ts = e.get("ts")
             if not isinstance(dur, (int, float)) or not isinstance(ts, (int, float)):
-                name = str(e.get("name", ""))
-                self.untimed[name] = self.untimed.get(name, 0) + 1
+                untimed = str(e.get("name", ""))
+                self.untimed[untimed] = self.untimed.get(untimed, 0) + 1
                 return
             cat = e.get("cat") or ""
             if cat not in KNOWN_CATEGORIES:
