@@ -27,6 +27,7 @@ from harness.jobdir.rank_outcome import (
     unrecorded_failures,
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
+from harness.jobdir.rounds import stamp_result, utc_now
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
 from harness.models.presets import config_fingerprint
 from harness.validate import machine as local_machine
@@ -78,10 +79,14 @@ def run_job(
     on the way is this job's failure, recorded as its result, never the sweep's end.
     """
     job_dir = Path(job_dir)
+    started = utc_now()
     try:
-        return _run_job(
+        outcome = _run_job(
             cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say, ranks_here=ranks_here
         )
+        if not outcome.ran:  # an earlier result stands, or a dry run: nothing ran now
+            return outcome
+        return replace(outcome, result=stamp_result(job_dir, outcome.result, started))
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
         error = (
@@ -95,7 +100,7 @@ def run_job(
             result = _write_failure(cfg, job_dir, "failed", error)
         except OSError:  # the directory cannot take it either: the row still says why
             result = make_result(status="failed", config=asdict(cfg), error=error)
-        return JobOutcome(result, True, job_dir)
+        return JobOutcome(stamp_result(job_dir, result, started), True, job_dir)
 
 
 def _run_job(
@@ -175,7 +180,9 @@ def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Run this process as one rank of an environment someone else set up (SLURM, torchrun)."""
     from harness.rank.run import run_rank
 
-    return run_rank(cfg, job_dir)
+    started = utc_now()
+    result = run_rank(cfg, job_dir)
+    return None if result is None else stamp_result(job_dir, result, started)
 
 
 def decide_result(
