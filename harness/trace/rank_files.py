@@ -77,6 +77,11 @@ def every_rank_once(job_dir: Path, paths: list[Path], summaries: list[dict[str, 
         )
     if world is None:
         return  # neither the job nor its traces say how many ranks there were
+    _all_ranks(paths, world)
+
+
+def _all_ranks(paths: list[Path], world: int) -> None:
+    """Refuse files that are not ranks 0..world-1, each once."""
     found = {file_rank(p) for p in paths}
     missing = sorted(set(range(world)) - found)
     extra = sorted(found - set(range(world)))
@@ -89,3 +94,14 @@ def every_rank_once(job_dir: Path, paths: list[Path], summaries: list[dict[str, 
             f"{paths[0].parent}: {what} (world_size {world}); a summary of the others "
             "would pass for the whole job's: profile the job again"
         )
+
+
+def checked_traces(job_dir: Path, paths: list[Path]) -> list[Path]:
+    """`paths`, once it is one file per rank, and every rank of the job's result.json
+    (the diagnosis tools, which read the traces' own ranks themselves)."""
+    if paths:
+        one_file_per_rank(paths)
+        world = _job_world_size(job_dir)
+        if world is not None:
+            _all_ranks(paths, world)
+    return paths

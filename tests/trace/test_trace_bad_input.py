@@ -133,7 +133,7 @@ def test_a_cache_entry_with_the_current_key_and_no_summary_is_redone(tmp_path):
     trace = _cpu_trace(tmp_path / "traces" / "rank0.json")
     expected = job_profile(tmp_path)
     entry = cache_path(trace)
-    for junk in ([1, 2], "text", None, 3):
+    for junk in ([1, 2], "text", None, 3, {"summary": 1}, {"error": 7}):
         entry.write_text(json.dumps({"key": json.loads(entry.read_text())["key"], "value": junk}))
         assert job_profile(tmp_path)["summary"] == expected["summary"]
 
@@ -167,3 +167,18 @@ def test_one_trace_per_rank_is_summarised(tmp_path):
     profile = job_profile(tmp_path)
     assert "error" not in profile, profile
     assert sorted(profile["per_rank"]) == ["0", "1"]
+
+
+def test_the_diagnosis_reads_one_trace_per_rank_too(tmp_path):
+    from harness.jobdir.result import make_result, write_result
+    from harness.trace.diagnose.attribute import attribute_job
+    from harness.trace.diagnose.ranks import analyse_job
+
+    _cpu_trace(tmp_path / "traces" / "rank0.json", world_size=2)
+    write_result(tmp_path, make_result(status="ok", config={"gpus": 2}))
+    for read in (attribute_job, analyse_job):
+        with pytest.raises(TraceError, match="no trace of rank 1"):
+            read(tmp_path)
+    _cpu_trace(tmp_path / "traces" / "rank1.json", rank=0, world_size=2)  # rank 0's, copied
+    with pytest.raises(TraceError, match="holds rank 0's trace"):
+        analyse_job(tmp_path)
