@@ -100,10 +100,10 @@ def speedup_cell(s: Speedup) -> str:
 
 
 def unpaired_text(s: Speedup) -> str:
-    """The repeats a speedup leaves out, and why: `1 failed, 1 not paired: another round`."""
+    """The repeats a speedup leaves out, and why: `1 failed, 1 from another round`."""
     parts = [f"{s.failed} failed"] if s.failed else []
     if s.other_round:
-        parts.append(f"{s.other_round} not paired: another round")
+        parts.append(f"{s.other_round} from another round")
     return ", ".join(parts)
 
 

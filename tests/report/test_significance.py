@@ -140,7 +140,7 @@ def test_repeats_that_ran_in_different_rounds_are_not_paired(tmp_path: Path) -> 
                 f"2026-11-0{4 if later else 1}T10:0{r}:30+00:00")  # fmt: skip
     text = build_report([sweep], tmp_path / "out").read_text()
     row = published_row(text)
-    assert row[4].startswith("9.00% [") and "2 repeats (1 not paired: another round)" in row[4]
+    assert row[4].startswith("9.00% [") and "2 repeats (1 from another round)" in row[4]
     assert row[5:] == ["0.9100", "1.000"]  # the medians over the pairs' runs
     assert "ran beside it" not in text
     assert "one round" in text
