@@ -68,10 +68,8 @@ def time_limit_error(
 ) -> str | None:
     """Why a `hydra.launcher.time_min` is too short for the job (SLURM's warning could end
     it before its job_timeout_s), or None; an unset time_min is derived, so it fits."""
-    if time_min is None:
-        return None
-    needed = time_limit_min(job_timeout_s, signal_delay_s)
-    if time_min >= needed:
+    needed = time_limit_min(job_timeout_s, signal_delay_s)  # a bad job_timeout_s raises
+    if time_min is None or time_min >= needed:
         return None
     return (
         f"hydra.launcher.time_min={time_min} is shorter than the job needs: SLURM's warning "
@@ -80,3 +78,8 @@ def time_limit_error(
         f"job_timeout_s={job_timeout_s:g}; set time_min={needed} or more, leave it unset "
         "(it is then derived), or lower job_timeout_s"
     )
+
+
+def sbatch_time_min(time_min: int | None, job_timeout_s: float, signal_delay_s: float) -> int:
+    """The job's --time: the launcher's time_min, else time_limit_min."""
+    return time_min or time_limit_min(job_timeout_s, signal_delay_s)

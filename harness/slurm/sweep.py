@@ -35,8 +35,8 @@ from harness.slurm.resources import (
     JobShape,
     ShapeError,
     job_shape,
+    sbatch_time_min,
     time_limit_error,
-    time_limit_min,
 )
 
 log = logging.getLogger(__name__)
@@ -134,12 +134,9 @@ def plan_job(
             int(_job_value(sweep_config, "gpus_per_node")),
             request_gpus=params.request_gpus and device != "cpu",
         )
-        job_timeout_s = float(_job_value(sweep_config, "job_timeout_s"))
-        time_limit_min(job_timeout_s, params.signal_delay_s)
+        timeout_s = float(_job_value(sweep_config, "job_timeout_s"))
         too_short = time_limit_error(
-            time_min=params.time_min,
-            job_timeout_s=job_timeout_s,
-            signal_delay_s=params.signal_delay_s,
+            time_min=params.time_min, job_timeout_s=timeout_s, signal_delay_s=params.signal_delay_s
         )
         if too_short:
             raise ShapeError(too_short)
@@ -151,10 +148,8 @@ def plan_job(
 
 
 def _time_min(cfg: DictConfig, params: LauncherParams) -> int:
-    """The job's --time: the launcher's time_min, else one leaving job_timeout_s before
-    SLURM's warning signal can come."""
     job_timeout_s = float(_job_value(cfg, "job_timeout_s"))
-    return params.time_min or time_limit_min(job_timeout_s, params.signal_delay_s)
+    return sbatch_time_min(params.time_min, job_timeout_s, params.signal_delay_s)
 
 
 def _sbatch_parameters(

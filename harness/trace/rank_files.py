@@ -50,8 +50,11 @@ def _job_world_size(job_dir: Path) -> int | None:
     return gpus if isinstance(gpus, int) and gpus > 0 else None
 
 
-def every_rank_once(job_dir: Path, paths: list[Path], summaries: list[dict[str, Any]]) -> None:
-    """Refuse a file whose trace is another rank's, and a job whose ranks are not all there.
+def every_rank_once(
+    job_dir: Path, paths: list[Path], summaries: list[dict[str, Any]], *, all_ranks: bool = True
+) -> None:
+    """Refuse a file whose trace is another rank's, and (`all_ranks`) a job whose ranks are
+    not all there; the cross-rank diagnosis, which says how many ranks it saw, takes some.
 
     The world size is the job's result.json `gpus`, else what the traces record; a trace
     recorded with another world size is another job's."""
@@ -75,9 +78,8 @@ def every_rank_once(job_dir: Path, paths: list[Path], summaries: list[dict[str, 
             f"{paths[0].parent}: a trace records world_size {max(recorded - {world})}, the "
             f"job ran {world} ranks (gpus={world}): a trace of another job?"
         )
-    if world is None:
-        return  # neither the job nor its traces say how many ranks there were
-    _all_ranks(paths, world)
+    if world is not None and all_ranks:  # else nothing says how many ranks there were
+        _all_ranks(paths, world)
 
 
 def _all_ranks(paths: list[Path], world: int) -> None:
@@ -96,12 +98,9 @@ def _all_ranks(paths: list[Path], world: int) -> None:
         )
 
 
-def checked_traces(job_dir: Path, paths: list[Path]) -> list[Path]:
-    """`paths`, once it is one file per rank, and every rank of the job's result.json
-    (the diagnosis tools, which read the traces' own ranks themselves)."""
+def checked_traces(paths: list[Path]) -> list[Path]:
+    """`paths`, once it is one file per rank (for the diagnosis tools, which read each
+    trace's own rank and say how many of the job's ranks they saw)."""
     if paths:
         one_file_per_rank(paths)
-        world = _job_world_size(job_dir)
-        if world is not None:
-            _all_ranks(paths, world)
     return paths

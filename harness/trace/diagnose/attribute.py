@@ -136,7 +136,7 @@ def attribute_job(job_dir: Path | str) -> list[StepAttribution]:
     """Every rank's trace of a job directory (traces/rank<r>.json[.gz]), attributed, with
     the job's bandwidth probe as a yardstick where it recorded one."""
     job_dir = Path(job_dir)
-    paths = checked_traces(job_dir, find_traces(job_dir))
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{job_dir / 'traces'}: no rank<r>.json[.gz] trace files")
     probe = _probe(job_dir)

@@ -310,11 +310,11 @@ def late_arrivals(cross: CrossRank, shown: int = 3) -> list[str]:
 
 
 def analyse_job(job_dir: Path | str) -> list[Analysis]:
-    paths = checked_traces(Path(job_dir), find_traces(job_dir))
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
     analyses = [analyse(load_trace(p)) for p in paths]
-    every_rank_once(Path(job_dir), paths, [_rank_record(a) for a in analyses])
+    every_rank_once(Path(job_dir), paths, [_rank_record(a) for a in analyses], all_ranks=False)
     return analyses
 
 
