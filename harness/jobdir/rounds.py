@@ -28,8 +28,9 @@ ROUND_ENV = "YAFSDP_BENCH_ROUND"
 
 
 def utc_now() -> str:
-    """This moment in UTC, ISO 8601 to the second: `2026-11-28T12:00:00+00:00`."""
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """This moment in UTC, ISO 8601 to the microsecond (`2026-11-28T12:00:00.123456+00:00`),
+    as exact as time.time(), which a rerun's start is compared in (harness.job.rerun_since)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def new_round() -> str:

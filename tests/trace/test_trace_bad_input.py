@@ -183,3 +183,19 @@ def test_the_diagnosis_reads_one_trace_per_rank_too(tmp_path):
     for read in (attribute_job, analyse_job):
         with pytest.raises(TraceError, match=r"rank 0 has 2 trace files"):
             read(tmp_path)
+
+
+@pytest.mark.parametrize("category", ["gpu_user_annotation", "kernel"])
+def test_steps_under_another_category_are_named_not_blamed_on_prof_step(trace, category):
+    def recategorise(t):
+        for e in t["traceEvents"]:
+            if "ProfilerStep" in e.get("name", ""):
+                e["cat"] = category
+
+    _rewrite(trace, recategorise)
+    with pytest.raises(TraceError) as e:
+        summarize_trace(trace)
+    message = str(e.value)
+    assert "prof.step() every step" not in message, message
+    assert f"'{category}'" in message and "ProfilerStep#" in message, message
+    assert message.startswith(f"{trace}: ") and "\n" not in message
