@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from harness.models.presets import config_fingerprint
 from harness.models.shapes import is_hf_config
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -148,6 +149,10 @@ def _lives(lifetime: str) -> Mapping[str, str]:
 class JobConfig:
     model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>
     model_impl: str = MODEL_IMPL_AUTO  # one of MODEL_IMPLS; an hf: model implies hf
+    # An hf: model's config.json as a SHA-256 of its bytes, read when the config is built
+    # and again when the job runs: the path alone would let an edited file pass for the
+    # model measured before ("" for a preset). Resume compares it like any other field.
+    model_config_sha256: str = ""
     engine: EngineConfig = field(default_factory=EngineConfig)
     gpus: int = 2  # world size: GPUs, or ranks on CPU
     seq_len: int = 128
@@ -200,6 +205,8 @@ class JobConfig:
     def __post_init__(self) -> None:
         if self.model_impl == MODEL_IMPL_AUTO:
             self.model_impl = "hf" if is_hf_config(self.model) else "native"
+        if not self.model_config_sha256:
+            self.model_config_sha256 = config_fingerprint(self.model)
 
 
 def lifetime_of(name: str) -> str:

@@ -91,6 +91,7 @@ def _row(
         "engine_name": engine.get("name"),
         "status": result.status,
         "error": result.error or "",
+        **{k: v for k, v in result.timing().items() if v is not None},
     }
     recorded = recorded_config(result)
     for key in CONFIG_COLUMNS:

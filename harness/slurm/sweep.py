@@ -34,7 +34,13 @@ from harness.plan.fit import job_prediction
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
 from harness.slurm.job_end import JobEnd, decide
-from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
+from harness.slurm.resources import (
+    JobShape,
+    ShapeError,
+    job_shape,
+    sbatch_time_min,
+    time_limit_error,
+)
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
@@ -131,12 +137,22 @@ def plan_job(
             int(_job_value(sweep_config, "gpus_per_node")),
             request_gpus=params.request_gpus and device != "cpu",
         )
-        time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
+        timeout_s = float(_job_value(sweep_config, "job_timeout_s"))
+        too_short = time_limit_error(
+            time_min=params.time_min, job_timeout_s=timeout_s, signal_delay_s=params.signal_delay_s
+        )
+        if too_short:
+            raise ShapeError(too_short)
     except ShapeError as e:  # the validation may have found the same problem: say it once
         errors = [str(e)] + [err for err in errors if err != str(e)]
     if errors:
         job.refusal = "; ".join(errors)
     return job
+
+
+def _time_min(cfg: DictConfig, params: LauncherParams) -> int:
+    job_timeout_s = float(_job_value(cfg, "job_timeout_s"))
+    return sbatch_time_min(params.time_min, job_timeout_s, params.signal_delay_s)
 
 
 def _sbatch_parameters(
@@ -154,7 +170,7 @@ def _sbatch_parameters(
         "gpus_per_node": job.shape.gpus_per_node,
         "cpus_per_task": params.cpus_per_task,
         "mem": f"{params.mem_gb}GB" if params.mem_gb else None,
-        "time": params.time_min or time_limit_min(float(_job_value(cfg, "job_timeout_s"))),
+        "time": _time_min(cfg, params),
         "partition": params.partition,
         "account": params.account,
         "qos": params.qos,
@@ -379,7 +395,8 @@ def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
         slurm_state=slurm_state,
         world_size=world,
         job_timeout_s=job_timeout_s,
-        time_limit_min=params.time_min or time_limit_min(job_timeout_s),
+        time_limit_min=_time_min(cfg, params),
+        signal_delay_s=params.signal_delay_s,
         collective_timeout_s=float(_job_value(cfg, "collective_timeout_s")),
         task_errors=task_errors,
     )

@@ -20,13 +20,16 @@ import json
 import multiprocessing
 import os
 import tempfile
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.jobdir.paths import JobDir
 from harness.jobdir.result import shared_file_mode
 from harness.trace.parse import TraceError, load_trace
+from harness.trace.rank_files import every_rank_once, one_file_per_rank
 from harness.trace.summary import (
     Analysis,
     analyse,
@@ -37,7 +40,7 @@ from harness.trace.summary import (
 )
 
 # Bump whenever a change to parsing, classification or overlap alters any summary.
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 
 
 CACHE_DIR = "trace_cache"  # a job's summaries, beside its traces/ folder
@@ -57,11 +60,22 @@ def _key(trace: Path) -> dict[str, int]:
 def _read_cache(trace: Path) -> dict[str, Any] | None:
     try:
         cached = json.loads(cache_path(trace).read_text())
-        if cached.get("key") == _key(trace):
-            return cached["value"]
+        value = cached["value"]
+        if cached.get("key") == _key(trace) and _is_summary(value):
+            return value  # anything else in the entry is redone, never trusted
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         pass
     return None
+
+
+# what summarize_trace returns, that summarize_job reads (or a cached failure's one line)
+_SUMMARY_KEYS = frozenset({"rank", "kind", "steps", "units", "summary"})
+
+
+def _is_summary(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    return isinstance(value.get("error"), str) or _SUMMARY_KEYS <= set(value)
 
 
 def _write_cache(trace: Path, key: dict[str, Any], value: dict[str, Any]) -> None:
@@ -133,6 +147,14 @@ def cached_trace_summary(trace: Path) -> dict[str, Any]:
             value = summarize_trace(trace)
         except TraceError as e:
             value = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - a flaw of the analysis on this trace: said
+            # as this job's profile error (not cached, so a fix reaches it at once), so that
+            # one trace never takes down the sweep's table and report
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            raise TraceError(
+                f"{trace}: the trace analysis failed: {type(e).__name__}: "
+                f"{' '.join(str(e).split())} (at {Path(where.filename).name}:{where.lineno})"
+            ) from e
         _write_cache(trace, key, value)
     if "error" in value:
         raise TraceError(value["error"])
@@ -149,7 +171,12 @@ def _parse_once(job_dir: Path, record: JobRecord) -> None:
     """Parse each of the job's traces once: cache its summary, and the job's `record`."""
     record_key = record.key(job_dir)
     analyses, errors = [], []
-    for trace in find_traces(job_dir):
+    paths = find_traces(job_dir)
+    try:  # the diagnosis's rule, before any trace: one file per rank
+        one_file_per_rank(paths)
+    except TraceError as e:
+        errors.append(str(e))
+    for trace in paths:
         key = _key(trace)
         try:
             found = analyse(load_trace(trace))
@@ -159,7 +186,18 @@ def _parse_once(job_dir: Path, record: JobRecord) -> None:
             errors.append(str(e))
             value = {"error": str(e)}
         _write_cache(trace, key, value)
+    if not errors:  # and each file the rank its name says
+        try:
+            every_rank_once(job_dir, paths, [_rank_record(a) for a in analyses], all_ranks=False)
+        except TraceError as e:
+            errors.append(str(e))
     record.compute(job_dir, record_key, analyses, errors[0] if errors else None)
+
+
+def _rank_record(a: Analysis) -> dict[str, Any]:
+    """The rank and world size a trace records, as rank_files checks them."""
+    world = (a.trace.metadata.get("distributedInfo") or {}).get("world_size")
+    return {"rank": a.rank, "world_size": world if isinstance(world, int) else None}
 
 
 def _job_work(job_dir: Path, record: JobRecord | None = None) -> dict[str, Any]:
@@ -169,6 +207,13 @@ def _job_work(job_dir: Path, record: JobRecord | None = None) -> dict[str, Any]:
             _parse_once(Path(job_dir), record)
         except (OSError, ValueError) as e:
             return {"error": f"trace analysis failed: {e}"}
+        except Exception as e:  # noqa: BLE001 - a flaw of the analysis: this job's error
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            return {
+                "error": f"{JobDir(job_dir).traces}: the trace analysis failed: "
+                f"{type(e).__name__}: {' '.join(str(e).split())} "
+                f"(at {Path(where.filename).name}:{where.lineno})"
+            }
     return job_profile(job_dir)
 
 
@@ -181,6 +226,13 @@ def job_profile(job_dir: Path | str) -> dict[str, Any]:
         return {"error": str(e)}
     except (OSError, ValueError) as e:
         return {"error": f"trace analysis failed: {e}"}
+    except Exception as e:  # noqa: BLE001 - combining the ranks failed: this job's error
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return {
+            "error": f"{JobDir(job_dir).traces}: combining the ranks' summaries failed: "
+            f"{type(e).__name__}: {' '.join(str(e).split())} "
+            f"(at {Path(where.filename).name}:{where.lineno})"
+        }
 
 
 def job_profiles(

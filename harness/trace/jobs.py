@@ -27,6 +27,7 @@ from harness.trace.diagnose.why import JobRecords, WhyError
 from harness.trace.diagnose.why import check_same_point as same_point_of_records
 from harness.trace.diagnose.why import why as why_records
 from harness.trace.parse import TraceError, load_trace
+from harness.trace.rank_files import checked_traces, every_rank_once
 from harness.trace.summary import Analysis, analyse, find_traces
 
 
@@ -49,11 +50,20 @@ def job_probe(job_dir: Path | str) -> dict[str, Any] | None:
 
 
 def analyse_job(job_dir: Path | str) -> list[Analysis]:
-    """Every rank's trace of the job, parsed and analysed."""
-    paths = find_traces(job_dir)
+    """Every rank's trace of the job, parsed and analysed: one file per rank, each holding
+    the rank its name says (the ranks may be some of the job's: the diagnosis says which)."""
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
-    return [analyse(load_trace(p)) for p in paths]
+    analyses = [analyse(load_trace(p)) for p in paths]
+    records = [{"rank": a.rank, "world_size": _world_size(a)} for a in analyses]
+    every_rank_once(Path(job_dir), paths, records, all_ranks=False)
+    return analyses
+
+
+def _world_size(a: Analysis) -> int | None:
+    world = (a.trace.metadata.get("distributedInfo") or {}).get("world_size")
+    return world if isinstance(world, int) else None
 
 
 def job_cross_rank(job_dir: Path | str) -> CrossRank:
@@ -73,7 +83,7 @@ def attribute_trace(path: Path | str, probe: dict[str, Any] | None = None) -> li
 def attribute_job(job_dir: Path | str) -> list[StepAttribution]:
     """Every rank's trace of a job directory (traces/rank<r>.json[.gz]), attributed, with
     the job's bandwidth probe as a yardstick where it recorded one."""
-    paths = find_traces(job_dir)
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{Path(job_dir) / 'traces'}: no rank<r>.json[.gz] trace files")
     probe = job_probe(job_dir)
