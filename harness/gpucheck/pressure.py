@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import torch
 
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
 from harness.models.shapes import ModelShape, get_shape
 
 WIDTH_MODEL, LAYERS, WORLD, SEQ_LEN = "llama3_70b", 4, 256, 4096
@@ -62,7 +62,8 @@ def capped(device: torch.device, cap_gib: float = CAP_GIB) -> Iterator[float | N
 
 
 def run(device: torch.device, measure: Measure, point_type: type, *, reduced: bool,
-        budget_s: float, start: float) -> list[Check]:  # fmt: skip
+        budget_s: float, start: float,
+        on_row: Callable[[Check], None] = lambda row: None) -> list[Check]:  # fmt: skip
     """One row per engine and plan; rows past suite C's budget are skipped, not dropped."""
     shape = scaled_shape(reduced)
     world = REDUCED_WORLD if reduced else WORLD
@@ -74,12 +75,13 @@ def run(device: torch.device, measure: Measure, point_type: type, *, reduced: bo
         for label, plan in runs():
             name = f"8 pressure {point.name} {label}" + (f":{plan}" if plan != "auto" else "")
             if time.monotonic() - start > budget_s:
-                rows.append(skipped("C", name, PROVES, f"suite C budget of {budget_s:g} s "
-                                    "spent; run `--suite C --budget-s 560` alone"))  # fmt: skip
-                continue
-            check = functools.partial(measure, point, label, device, shape, plan=plan)
-            row = run_check("C", name, PROVES, check)
-            if fraction is not None:
-                row.figures["cap_gib"] = CAP_GIB
+                why = f"suite C's {budget_s:.0f} s (what the deadline left) spent"
+                row = skipped("C", name, PROVES, f"{why}; run `--suite C --deadline-s 560` alone")
+            else:
+                check = functools.partial(measure, point, label, device, shape, plan=plan)
+                row = run_check("C", name, PROVES, check)
+                if fraction is not None:
+                    row.figures["cap_gib"] = CAP_GIB
             rows.append(row)
+            on_row(row)
     return rows

@@ -25,17 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
+from harness.jobdir.grid_point import point_words
 from harness.plan.calibrate.calibration import Calibration
 from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
 from harness.plan.points import PlanError, rows_at
 from harness.plan.yafsdp_plans import own_min_ckpt_rows, smallest_plan_cell
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
-DEFAULT_ENGINES = (
-    "yafsdp",
-    "fsdp1",
-    "fsdp2",
-)  # where neither the command nor its experiment names one
+DEFAULT_ENGINES = ("yafsdp", "fsdp1", "fsdp2")  # planned where none is named
 EXIT_INVALID = 2
 USAGE = (
     "usage: python -m harness.plan [--json] [--cycle] [--brief] [--why <point>] "
@@ -241,8 +238,7 @@ def format_why(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
         for lines in (r.get("why") or {}).values():
-            out.append(f"{r['model']} gpus={r['gpus']} seq={r['seq_len']} ckpt={r['ckpt_layers']}: "
-                       + lines[0])  # fmt: skip
+            out.append(f"{point_words(r)}: {lines[0]}")
             out.extend(f"  {line}" for line in lines[1:])
     return "\n".join(out)
 
@@ -362,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         from harness.plan.time.cycle import format_cycle
 
         for r in dicts:
-            label = f"{r['engine']} {r['model']} gpus={r['gpus']} seq={r['seq_len']}"
+            label = f"{r['engine']} {point_words(r)}"
             print(format_cycle(label, r.get("cycle")))
         return 0
     if as_json:

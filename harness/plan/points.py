@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.jobdir.grid_point import point_words
+
 
 class PlanError(ValueError):
     pass
@@ -14,25 +16,21 @@ POINT_KEYS = {"model": "model", "gpus": "gpus", "seq": "seq_len", "seq_len": "se
 
 
 def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
-    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` (any of
-    these fields; the rest may be left out where only one point has the ones given)."""
+    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` or as the
+    point's words, `llama2_7b gpus=64 seq=2048 ckpt=0` (a first word without `=` is the
+    model); any of these fields, the rest may be left out where only one point has the ones
+    given."""
     wanted: dict[str, str] = {}
-    for part in point.replace(" ", ",").split(","):
-        if not part:
-            continue
-        key, _, value = part.partition("=")
+    for i, part in enumerate(p for p in point.replace(" ", ",").split(",") if p):
+        key, _, value = part.partition("=") if "=" in part or i else ("model", "=", part)
         if key not in POINT_KEYS or not value:
             raise PlanError(f"--why {point}: {part!r} is not field=value of "
                             f"{', '.join(sorted(POINT_KEYS))}")  # fmt: skip
         wanted[POINT_KEYS[key]] = value
     found = [r for r in rows if all(str(r[k]) == v for k, v in wanted.items())]
-    points = sorted({_point_name(r) for r in found})
+    points = sorted({point_words(r) for r in found})
     if len(points) != 1:
-        known = "; ".join(sorted({_point_name(r) for r in rows}))
+        known = "; ".join(sorted({point_words(r) for r in rows}))
         what = "no point" if not points else f"{len(points)} points"
         raise PlanError(f"--why {point} names {what}; the plan's points: {known}")
     return found
-
-
-def _point_name(r: dict[str, Any]) -> str:
-    return f"model={r['model']},gpus={r['gpus']},seq={r['seq_len']},ckpt={r['ckpt_layers']}"
