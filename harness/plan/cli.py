@@ -29,7 +29,7 @@ from harness.jobdir.grid_point import point_words
 from harness.plan.calibrate.calibration import Calibration
 from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
 from harness.plan.points import PlanError, rows_at
-from harness.plan.yafsdp_plans import own_min_ckpt_rows, smallest_plan_cell
+from harness.plan.yafsdp_plans import add_plans, own_min_ckpt_rows, smallest_plan_cell
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 DEFAULT_ENGINES = ("yafsdp", "fsdp1", "fsdp2")  # planned where none is named
@@ -264,6 +264,7 @@ def format_constants(rows: list[dict[str, Any]], origin_only: bool = False) -> s
 def plan(overrides: list[str], measured: Calibration | None = None) -> list[PlanRow]:
     rows = [plan_row(cfg, measured) for cfg in job_configs(overrides)]
     add_speedups(rows)
+    add_plans(rows, measured)
     return rows
 
 
@@ -341,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [plan_row(cfg, measured) for cfg in configs]
         rows = own_min_ckpt_rows(rows, measured) if own_min else rows
         add_speedups(rows, same_ckpt=not own_min)
+        add_plans(rows, measured)
         dicts = [r.to_dict() for r in rows]
         if why_point is not None:
             dicts = rows_at(dicts, why_point)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.config import JobConfig
@@ -31,7 +31,6 @@ from harness.plan.time.timing import (
     describe,
     estimate_time,
 )
-from harness.plan.yafsdp_plans import SMALLEST_PLAN, PlanCost, held_plan, plan_cost
 
 GIB = 2**30
 
@@ -48,8 +47,9 @@ class PlanRow:
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
     # yafsdp rows: the buffer plan its engine holds here, and its smallest plan's cost
+    # (`harness.plan.yafsdp_plans.add_plans`)
     buffer_plan: str | None = None
-    smallest_plan: PlanCost | None = None
+    smallest_plan: dict[str, Any] | None = None
 
     def _allocator_dict(self) -> dict[str, Any] | None:
         if self.allocator is None:
@@ -89,7 +89,7 @@ class PlanRow:
             "constants": self.constants or None,
             "allocator": self._allocator_dict(),
             "buffer_plan": self.buffer_plan,
-            "smallest_plan": asdict(self.smallest_plan) if self.smallest_plan else None,
+            "smallest_plan": self.smallest_plan,
         }
 
 
@@ -311,12 +311,8 @@ def plan_row(
     allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
     if price_retries and time is not None and allocator and allocator.retries_per_step:
         time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
-    row = PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
-                  allocator=allocator)  # fmt: skip
-    if cfg.engine.name == "yafsdp":
-        row.buffer_plan = held_plan(cfg, measured)
-        row.smallest_plan = plan_cost(cfg, SMALLEST_PLAN, measured)
-    return row
+    return PlanRow(cfg, memory, fits, smallest, time, constants(cfg, measured) if time else {},
+                   allocator=allocator)  # fmt: skip
 
 
 def describe_row(t: TimeEstimate) -> dict[str, Any]:

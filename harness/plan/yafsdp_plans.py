@@ -6,7 +6,7 @@ chunks) are priced as the engine would issue them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from harness.config import JobConfig
@@ -86,3 +86,11 @@ def own_min_ckpt_rows(rows: list[PlanRow], measured: Calibration | None = None) 
         else:
             out.append(plan_row(replace(row.cfg, ckpt_layers=n), measured))
     return out
+
+
+def add_plans(rows: list[PlanRow], measured: Calibration | None = None) -> None:
+    """On each yafsdp row, the plan its engine holds there and its smallest plan's cost."""
+    for row in rows:
+        if row.cfg.engine.name == "yafsdp":
+            row.buffer_plan = held_plan(row.cfg, measured)
+            row.smallest_plan = asdict(plan_cost(row.cfg, SMALLEST_PLAN, measured))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.gpucheck import pressure, suite_c
+from harness.gpucheck import suite_c
 from harness.gpucheck.check_rows import PASS
 
 
@@ -20,7 +20,7 @@ def test_every_engine_at_both_world_sizes_then_the_pressure_rows(rows):
         f"8 llama_small_g{p}_s4_c1 {e}" for p in (8, 64) for e in ("yafsdp", "fsdp1", "fsdp2")
     ] + [
         f"8 pressure llama_small_x2_g8_s4 {e}"
-        for e in ("fsdp1", "fsdp2", *(f"yafsdp:{plan}" for plan in pressure.PLANS))
+        for e in ("fsdp1", "fsdp2", *(f"yafsdp:{plan}" for plan in suite_c.PRESSURE_PLANS))
     ]
 
 
@@ -29,7 +29,7 @@ def test_each_pressure_row_holds_its_plan_as_the_arithmetic_says(rows):
     footprint's bytes for that plan (the bytes check passes only for the plan named)."""
     plans = {r.check.rsplit(":", 1)[1]: r.figures.get("buffer_plan") for r in rows
              if "pressure" in r.check and ":" in r.check}  # fmt: skip
-    assert plans == {p: p for p in pressure.PLANS}
+    assert plans == {p: p for p in suite_c.PRESSURE_PLANS}
 
 
 def test_the_cap_holds_a_larger_card_to_80_gib_and_is_restored(monkeypatch):
@@ -38,13 +38,13 @@ def test_the_cap_holds_a_larger_card_to_80_gib_and_is_restored(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
                         lambda f, device: calls.append(f))  # fmt: skip
-    with pressure.capped(torch.device("cuda", 0)) as fraction:
+    with suite_c.capped(torch.device("cuda", 0)) as fraction:
         assert fraction == 0.5 and calls == [0.5]
     assert calls == [0.5, 1.0]
     props.total_memory = 80 * 2**30
-    with pressure.capped(torch.device("cuda", 0)) as fraction:
+    with suite_c.capped(torch.device("cuda", 0)) as fraction:
         assert fraction is None
-    with pressure.capped(torch.device("cpu")) as fraction:
+    with suite_c.capped(torch.device("cpu")) as fraction:
         assert fraction is None
     assert calls == [0.5, 1.0]
 
