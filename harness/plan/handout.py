@@ -28,7 +28,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from harness.plan.give_way import GiveWayConstants
-from harness.plan.simulate_ops import COMM, COMPUTE, SIDE, Op, Timeline
+from harness.plan.simulate_ops import COMM, COMPUTE, SIDE_STREAMS, Op, Timeline
 
 # Waves of a memory-bound kernel when its size is not known: thousands (one wave is
 # negligible), see GiveWayConstants.memory_kernel_waves.
@@ -197,6 +197,6 @@ def _made_ready_by(op: Op, timeline: Timeline, stream_of: dict[str, str]) -> str
     if not op.waits:
         return None
     latest = max(op.waits, key=lambda w: timeline.end[w])
-    if stream_of[latest] == SIDE and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
+    if stream_of[latest] in SIDE_STREAMS and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
         return latest
     return None

@@ -36,9 +36,20 @@ MECHANISMS: dict[str, Mechanism] = {
             "fsdp1_flat_grad",
             ("fsdp1",),
             "FSDP1 concatenates each unit's parameter gradients into its flat gradient "
-            "on the compute stream (use_orig_params=False)",
+            "(use_orig_params=False): the backward of the split that made their views",
             "torch/distributed/fsdp/_flat_param.py: parameters are views of the flat "
             "parameter; autograd's backward of the split writes the flat gradient",
+        ),
+        Mechanism(
+            "fsdp1_cat_on_unshard",
+            ("fsdp1",),
+            "FSDP1's cat of a unit's gradients runs on the unshard stream, behind the "
+            "all-gather issued there last; the compute stream waits for it before the next "
+            "prefetch, and the cast and pre-divide wait for it",
+            "docs/source/notes/cuda.rst 'Stream semantics of backward passes'; "
+            "torch/csrc/autograd/input_metadata.cpp; torch/distributed/fsdp/_runtime_utils.py "
+            "_unshard, _pre_backward_hook, _post_backward_hook; _flat_param.py "
+            "_use_unsharded_views (torch 2.1 to 2.13)",
         ),
         Mechanism(
             "fsdp1_grad_upcast",

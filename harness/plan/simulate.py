@@ -18,9 +18,19 @@ refinement pass prices both).
 from __future__ import annotations
 
 from harness.plan.handout import HandOut, hand_out
-from harness.plan.simulate_ops import COMM, COMPUTE, SIDE, STREAMS, Op, Timeline
+from harness.plan.simulate_ops import (
+    COMM,
+    COMPUTE,
+    SIDE,
+    SIDE_STREAMS,
+    STREAMS,
+    UNSHARD,
+    Op,
+    Timeline,
+)
 
-__all__ = ["COMM", "COMPUTE", "SIDE", "STREAMS", "HandOut", "Op", "Timeline", "simulate"]
+__all__ = ["COMM", "COMPUTE", "SIDE", "SIDE_STREAMS", "STREAMS", "UNSHARD", "HandOut", "Op",
+           "Timeline", "simulate"]  # fmt: skip
 
 
 def _run(
@@ -45,6 +55,17 @@ def _run(
         free[op.stream] = end
     t.total = max([host, *free.values()])
     return t
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals of two streams, merged so that none overlaps another."""
+    merged: list[tuple[float, float]] = []
+    for a, b in intervals:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def _overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -102,12 +123,12 @@ def _slowed(
 ) -> tuple[dict[str, float], float]:  # fmt: skip
     """Each compute op's duration with the collectives and side kernels it overlaps."""
 
-    def busy(stream: str) -> list[tuple[float, float]]:
+    def busy(*streams: str) -> list[tuple[float, float]]:
         return sorted((timeline.start[o.name], timeline.end[o.name]) for o in program
-                      if o.stream == stream and o.seconds > 0)  # fmt: skip
+                      if o.stream in streams and o.seconds > 0)  # fmt: skip
 
     comm = busy(COMM) if overlap_slowdown > 0 else []
-    side = busy(SIDE) if side_sharing else []
+    side = _merged(busy(*SIDE_STREAMS)) if side_sharing else []
     slowed = dict(seconds)
     added = 0.0
     for op in program:

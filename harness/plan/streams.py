@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from harness.plan.simulate import COMM, COMPUTE, SIDE
+from harness.plan.simulate import COMM, COMPUTE, SIDE, UNSHARD
 
 # From this version a synchronous collective runs on the caller's current stream.
 COLLECTIVE_ON_CALLER_STREAM = (2, 8)
@@ -61,4 +61,4 @@ def stream_priorities(engine: str, torch_version: str) -> dict[str, int]:
     `torch_version` (the communication stream: where its collectives' kernels run)."""
     own = ENGINE_STREAM_PRIORITY.get(engine, 0)
     on_caller = parse_version(torch_version) >= COLLECTIVE_ON_CALLER_STREAM
-    return {COMPUTE: 0, SIDE: own, COMM: own if on_caller else 0}
+    return {COMPUTE: 0, SIDE: own, UNSHARD: own, COMM: own if on_caller else 0}

@@ -32,7 +32,7 @@ from harness.plan.kernels import KernelCensus, kernel_census
 from harness.plan.mechanisms import applicable
 from harness.plan.probe import DTYPE_BYTES
 from harness.plan.programs import ModelCosts, PartCost, StepContext, local_program
-from harness.plan.simulate import COMM, COMPUTE, SIDE, HandOut, Op, Timeline, simulate
+from harness.plan.simulate import COMM, COMPUTE, SIDE, UNSHARD, HandOut, Op, Timeline, simulate
 from harness.plan.streams import resolve_torch_version, stream_priorities
 from harness.plan.units import fsdp1_units, fsdp2_units
 
@@ -323,6 +323,8 @@ def _label(op: Op) -> str:
         return f"exposed {op.kind or 'collective'}"
     if op.stream == SIDE:
         return "waits for the side stream"
+    if op.stream == UNSHARD:
+        return "waits for the unshard stream"
     return "waits for the host"
 
 
