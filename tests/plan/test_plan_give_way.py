@@ -10,7 +10,7 @@ import pytest
 
 from harness.plan.give_way import GiveWayConstants, give_way_constants
 from harness.plan.handout import HandOut, expected_slowest_extra
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, simulate
+from harness.plan.simulate import COMM, COMPUTE, SIDE, UNSHARD, Op, simulate
 from harness.plan.streams import parse_version, stream_priorities
 
 MS = 1e-3
@@ -108,10 +108,10 @@ def test_slowest_rank_from_a_rank_at_the_kernel_start_tends_to_the_whole_kernel(
 
 
 def test_stream_priorities_by_engine_and_version() -> None:
-    assert stream_priorities("fsdp1", "2.3") == {COMPUTE: 0, SIDE: 0, COMM: 0}
-    assert stream_priorities("fsdp1", "2.13.0+cpu") == {COMPUTE: 0, SIDE: 0, COMM: 0}
-    assert stream_priorities("fsdp2", "2.7") == {COMPUTE: 0, SIDE: -1, COMM: 0}
-    assert stream_priorities("fsdp2", "2.8") == {COMPUTE: 0, SIDE: -1, COMM: -1}
+    assert stream_priorities("fsdp1", "2.3") == {COMPUTE: 0, SIDE: 0, UNSHARD: 0, COMM: 0}
+    assert stream_priorities("fsdp1", "2.13.0+cpu") == {COMPUTE: 0, SIDE: 0, UNSHARD: 0, COMM: 0}
+    assert stream_priorities("fsdp2", "2.7") == {COMPUTE: 0, SIDE: -1, UNSHARD: -1, COMM: 0}
+    assert stream_priorities("fsdp2", "2.8") == {COMPUTE: 0, SIDE: -1, UNSHARD: -1, COMM: -1}
     assert stream_priorities("yafsdp", "2.3")[COMM] == 0
     assert stream_priorities("yafsdp", "2.13")[COMM] == -1
     assert parse_version("2.13.0+cpu") == (2, 13)
