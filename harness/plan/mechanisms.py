@@ -115,6 +115,16 @@ MECHANISMS: dict[str, Mechanism] = {
             "kernel at its own phase, so the wait is the largest of W",
             "order statistics of W uniform phases: E[max] = s*W/(W+1) (harness/plan/handout.py)",
         ),
+        Mechanism(
+            "slowest_rank_per_link",
+            ALL_ENGINES,
+            "the slowest rank at every link of a chain: each later link of equal priority "
+            "races the compute kernel pending with it, so a collective waits the expected "
+            "largest over W ranks of the chain's whole wait, and this rank its expectation",
+            "order statistics over W ranks of a uniform first wait plus Bernoulli races "
+            "(harness/plan/slowest_rank.py); the race-loss probability from the one-GPU "
+            "probe where one is given",
+        ),
     )
 }
 

@@ -235,6 +235,7 @@ def hand_out_rules(case: TimeCase, spec: DeviceSpec, mechanisms: frozenset[str])
         world_size=case.world_size,
         give_way="give_way" in mechanisms,
         slowest_rank="slowest_rank" in mechanisms,
+        per_link="slowest_rank_per_link" in mechanisms,
     )
 
 
