@@ -71,6 +71,12 @@ class NetworkSpec:
     net_overhead_us: float = 0.0  # per intra-node step once a ring crosses nodes
     ll_max_gbps: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     ll128_channel_gbps: float = 0.0
+    # Measured bus bandwidth of a large all-gather and reduce-scatter (nccl-tests' busbw:
+    # latency included) on `bus_measured_nodes` nodes; 0: derived from the NICs. Other node
+    # counts follow `node_decline_per_doubling`, capped by the NICs' line rate.
+    all_gather_bus_gbps: float = 0.0
+    reduce_scatter_bus_gbps: float = 0.0
+    bus_measured_nodes: int = 0
 
     def known(self) -> bool:
         return bool(self.nvlink_channels and self.nvlink_channel_gbps)

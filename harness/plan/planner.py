@@ -201,6 +201,9 @@ def network(cfg: JobConfig, measured: Calibration | None = None) -> CollectivePr
         net_overhead_us=net.net_overhead_us,
         ll_max_gbps=_three(net.ll_max_gbps),
         ll128_channel_gbps=net.ll128_channel_gbps,
+        measured_bus_gbps=(("all_gather", net.all_gather_bus_gbps),
+                           ("reduce_scatter", net.reduce_scatter_bus_gbps)),  # fmt: skip
+        measured_nodes=net.bus_measured_nodes,
     )
 
 
