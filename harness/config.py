@@ -167,6 +167,9 @@ class JobConfig:
     # The planner's only: the torch version whose engine code and stream priorities a plan
     # models ("": the installed torch's). A job always runs the installed torch.
     torch_version: str = ""
+    # The planner's only: programs of published code planned beside each point's engines,
+    # never run (comma-separated; `ya_fsdp_v1`: upstream YaFSDP v1 as its README's runs ran it).
+    plan_engines: str = ""
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     # a multirun with a job that is not ok exits 1; true (for drills) lets it exit 0

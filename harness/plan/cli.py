@@ -24,7 +24,13 @@ from typing import Any
 
 from harness.config import JobConfig
 from harness.plan.calibration import Calibration
-from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
+from harness.plan.planner import (
+    NEAR_CAPACITY,
+    PlanRow,
+    add_speedups,
+    plan_row,
+    planned_only_configs,
+)
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2
@@ -84,6 +90,10 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
             if errors:
                 raise PlanError(f"{' '.join(extra) or 'the job'}: " + "; ".join(errors))
             configs.append(job)
+    try:
+        configs += planned_only_configs(configs)
+    except ValueError as error:
+        raise PlanError(str(error)) from None
     return configs
 
 

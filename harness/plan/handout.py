@@ -154,11 +154,11 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
     kernels = _ComputeKernels(program, timeline)
     links: dict[str, _Link] = {}
     side_chain: dict[str, tuple[str, ...]] = {}
-    stream_of = {o.name: o.stream for o in program}
+    by_name = {o.name: o for o in program}
     for op in program:
         if op.stream == COMPUTE or op.seconds <= 0:
             continue
-        pred = _made_ready_by(op, timeline, stream_of)
+        pred = _made_ready_by(op, timeline, by_name)
         link, wait = _meet(op, links.get(pred) if pred else None, kernels, timeline, rules)
         links[op.name] = link
         if rules.give_way and wait > 0:
@@ -226,11 +226,14 @@ def _meet(op: Op, before: _Link | None, kernels: _ComputeKernels, timeline: Time
     return link, wait
 
 
-def _made_ready_by(op: Op, timeline: Timeline, stream_of: dict[str, str]) -> str | None:
-    """The side kernel whose end makes `op` ready, if any (its chain's last link)."""
+def _made_ready_by(op: Op, timeline: Timeline, by_name: dict[str, Op]) -> str | None:
+    """The side kernel whose end makes `op` ready, if any (its chain's last link); an
+    event recorded on a side stream is no kernel."""
     if not op.waits:
         return None
     latest = max(op.waits, key=lambda w: timeline.end[w])
-    if stream_of[latest] in SIDE_STREAMS and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
+    made = by_name[latest]
+    if (made.stream in SIDE_STREAMS and made.seconds > 0
+            and timeline.end[latest] >= timeline.start[op.name] - 1e-12):  # fmt: skip
         return latest
     return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ALL_ENGINES = ("yafsdp", "fsdp1", "fsdp2", "fsdp2_tuned", "local")
+ALL_ENGINES = ("yafsdp", "fsdp1", "fsdp2", "fsdp2_tuned", "local", "ya_fsdp_v1")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,16 @@ MECHANISMS: dict[str, Mechanism] = {
             "gradient, on the compute stream",
             "yafsdp_impl/_schedule.py gradient_arrived (a post-accumulate hook); "
             "yafsdp_impl/_reduce_scatter.py _reduce_scatter, _add_into_master_grad",
+        ),
+        Mechanism(
+            "ya_fsdp_v1_grad_copy",
+            ("ya_fsdp_v1",),
+            "upstream YaFSDP v1 copies each unit's bf16 gradient into its fp32 buffer on its "
+            "comm stream (priority -1), between the all-gather and the reduce-scatter there, "
+            "and divides the sharded gradient once at the end of backward",
+            "yandex/YaFSDP 0bd33e7 ya_fsdp/ya_fsdp.py: _comm_stream (priority=-1), "
+            "get_buffer_to_reduce_scatter (copy_), reduce_scatter_grad, the backward hook's "
+            "div_(divider)",
         ),
         Mechanism(
             "launch_overhead",

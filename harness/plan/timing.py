@@ -138,6 +138,8 @@ def build_program(
         mechanisms=mechanisms,
         split_bytes=case.give_way.index32_split_bytes,
     )
+    if case.engine in PLANNED_ONLY:
+        return PLANNED_ONLY[case.engine](case, priced.costs, ctx)
     schedule = SCHEDULES[spec_of(case.engine).label]
     return schedule(case, priced.costs, ctx)
 
@@ -174,6 +176,15 @@ def deepspeed_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> l
     return fsdp2_schedule(case, costs, ctx)
 
 
+def ya_fsdp_v1_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    """Upstream YaFSDP v1 as published (`ya_fsdp_v1_program.py`): units as FSDP2's."""
+    from harness.plan.ya_fsdp_v1_program import ya_fsdp_v1_program
+
+    shape = shape_of(case.model)
+    u = fsdp2_units(shape, case.world_size)
+    return ya_fsdp_v1_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
+
+
 def local_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
     return local_program(costs, shape_of(case.model).num_params(), ctx)
 
@@ -193,6 +204,15 @@ SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = 
     "ya_fsdp": fsdp2_schedule,
     "local": local_schedule,
 }
+
+
+# Programs of published code the planner plans but the harness does not run
+# (`plan_engines`): each compared with the registered engines at the same points.
+PLANNED_ONLY: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = {
+    "ya_fsdp_v1": ya_fsdp_v1_schedule,
+}
+# ... and the registered engine whose memory model each is planned with.
+PLANNED_ONLY_MEMORY = {"ya_fsdp_v1": "yafsdp"}
 
 
 def _memoized(price: Any) -> Any:

@@ -64,3 +64,42 @@ def test_the_cat_lands_on_the_unshard_stream_behind_an_all_gather() -> None:
     cats = [i for i, label in enumerate(on_unshard) if label == "flat_grad"]
     assert cats and all(on_unshard[i - 1] in ("gathered", "flat_grad") for i in cats)
     assert on_unshard[cats[0] - 1] == "gathered"
+
+
+# ---- upstream YaFSDP v1 as published --------------------------------------------------------
+
+
+def _v1_period(*mechanisms: str) -> float:
+    """The same six blocks under YaFSDP v1's program: its bf16->fp32 copy (6000 bytes) 1 ms
+    on the comm stream, the reduce-scatter 3 ms, the all-gather 4 ms."""
+    from harness.plan.ya_fsdp_v1_program import ya_fsdp_v1_program
+
+    part = PartCost(1 * MS, 1)
+    costs = ModelCosts([part] * (BLOCKS + 2), [part] * (BLOCKS + 2))
+    ctx = _ctx(*mechanisms)
+    program = ya_fsdp_v1_program(costs, [SIZE] * (BLOCKS + 2), ctx)
+    found = cycle(program, simulate(program))
+    assert found is not None
+    return found["period_s"]
+
+
+def test_yafsdp_v1_copies_on_its_comm_stream_between_the_gather_and_the_reduce_scatter() -> None:
+    """The comm stream runs copy(l+2), waits for RS(l+2), then for AG(l), in its FIFO: the
+    period is 1 + 3 + 4 = 8 ms; without the copy, 3 + 4 = 7 ms."""
+    assert _v1_period("ya_fsdp_v1_grad_copy") == pytest.approx(8 * MS)
+    assert _v1_period() == pytest.approx(7 * MS)
+
+
+def test_yafsdp_v1_pre_hook_order() -> None:
+    """Unit l's backward pre-hook: copy(l+2) -> RS(l+2) -> AG(l), then unit l's backward."""
+    from harness.plan.ya_fsdp_v1_program import ya_fsdp_v1_program
+
+    part = PartCost(1 * MS, 1)
+    costs = ModelCosts([part] * (BLOCKS + 2), [part] * (BLOCKS + 2))
+    ops = ya_fsdp_v1_program(costs, [SIZE] * (BLOCKS + 2), _ctx("ya_fsdp_v1_grad_copy"))
+    labels = [op.name.split(":", 1)[1] for op in ops if op.seconds > 0 or op.kind]
+    i = labels.index("backward.block 2")
+    assert labels[i - 3 : i] == ["grad_copy.block 4", "reduce_scatter.block 4", "all_gather.block 2"]
+    names = [op.name.split(":", 1)[1] for op in ops]
+    last_rs = max(i for i, n in enumerate(names) if n.startswith("reduce_scatter."))
+    assert names.count("divide") == 1 and last_rs < names.index("divide") < names.index("adamw")
