@@ -7,6 +7,9 @@ Suite C: per-rank memory at the published world sizes through the fake process g
 a machine without CUDA it runs at a reduced size on CPU.
 Suite D: the give-way probe (`python -m harness.plan.probe give-way`): a side kernel's wait
 for SMs behind the model's GEMMs at stream priority 0 and -1, written as a calibration file.
+Suite S: the serial backward's constants (`suite_s.py`): FSDP1's cat stream and hooks under
+the fake process group, the chain's wait distribution, YaFSDP v1's -1 copy, bandwidth
+efficiencies and allocator retries at 80 GiB, added to the same calibration file.
 The report and its arithmetic (`outcome`, `report`, `delay_model`, `footprint`) import no
 torch; the suites do.
 """

@@ -1,4 +1,4 @@
-"""`python -m harness.gpucheck [--suite A|B|C|D ...] [--require-gpu]`, what `make gpu-check` runs.
+"""`python -m harness.gpucheck [--suite A|B|C|D|S ...] [--require-gpu]`, what `make gpu-check` runs.
 
 Exit status: 0 when no check failed (a machine without CUDA skips the GPU checks and still
 exits 0), 1 when one failed or errored, 2 with --require-gpu and no CUDA device.
@@ -19,7 +19,7 @@ from harness.gpucheck.report import write_report
 REPO = Path(__file__).resolve().parents[2]
 REPORTS_DIR = REPO / "reports" / "gpu"  # the committed reports, from a GPU
 CPU_REPORTS_DIR = REPO / "outputs" / "gpu-check"  # a CPU run's, ignored by git
-SUITES = ("A", "B", "C", "D")
+SUITES = ("A", "B", "C", "D", "S")
 NO_GPU = "no CUDA device: GPU check skipped"
 
 
@@ -88,6 +88,15 @@ def run_suites(
             rows += suite_d.run(reports_dir / device_slug(torch.cuda.get_device_name(0)))
         else:
             rows += skipped_suite("D", suite_d.NAMES)
+    if "S" in suites:
+        from harness.gpucheck import suite_s
+        from harness.gpucheck.report import device_slug
+
+        if cuda:
+            name = torch.cuda.get_device_name(0)
+            rows += suite_s.run(reports_dir / device_slug(name), name, torch.device("cuda", 0))
+        else:
+            rows += skipped_suite("S", suite_s.NAMES)
     return rows
 
 
