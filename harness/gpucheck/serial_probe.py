@@ -102,7 +102,9 @@ def v1_copy(device: torch.device) -> dict[str, float]:
     x = torch.randn(ELEMENTS, device=device, dtype=torch.bfloat16)
     y = torch.empty(ELEMENTS, device=device, dtype=torch.float32)
     high, low = torch.cuda.Stream(device, priority=-1), torch.cuda.Stream(device, priority=0)
-    stretched, alone, waits = [], [], []
+    stretched: list[float] = []
+    alone: list[float] = []
+    waits: list[float] = []
     for beside in (False, True) * 20:
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         if beside:
@@ -165,8 +167,9 @@ def fsdp1_trace(device: torch.device, model: str = "llama2_7b", layers: int = 4,
         train_step(trainee, 0)
         torch.cuda.synchronize(device)
         unshard = _fsdp_unshard_stream(trainee)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        ) as prof:
             with torch.cuda.stream(unshard):
                 torch.cuda._sleep(1000)  # names the unshard stream in the trace
             train_step(trainee, 1)

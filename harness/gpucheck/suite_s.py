@@ -117,10 +117,12 @@ def write_calibration(paths: list[Path], device_name: str, give_way: dict[str, A
     """Merge into each calibration file (suite D's, when it ran first): the give_way keys
     the planner reads, and the `one_gpu` figures."""
     for path in paths:
-        data = json.loads(path.read_text()) if path.is_file() else {"schema": SCHEMA}
-        section = data.setdefault("give_way", {"device": device_name})
+        data: dict[str, Any] = (json.loads(path.read_text()) if path.is_file()
+                                else {"schema": SCHEMA})  # fmt: skip
+        section: dict[str, Any] = data.setdefault("give_way", {"device": device_name})
         section.update(give_way)
-        data.setdefault("one_gpu", {"device": device_name}).update(one_gpu)
+        measured: dict[str, Any] = data.setdefault("one_gpu", {"device": device_name})
+        measured.update(one_gpu)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2) + "\n")
 
@@ -147,9 +149,9 @@ def run(device_dir: Path, device_name: str, device: Any = None) -> list[Check]:
     def row(index: int, measure: Callable[[], Verdict], give_way: tuple[str, ...] = ()) -> Check:
         def check() -> Verdict:
             verdict = measure()
-            figures = verdict.figures
+            figures, key = verdict.figures, NAMES[index][0].split(" ", 1)[1].replace(" ", "_")
             write_calibration(files, device_name, {k: figures[k] for k in give_way},
-                              {NAMES[index][0].split(" ", 1)[1].replace(" ", "_"): figures})  # fmt: skip
+                              {key: figures})  # fmt: skip
             return verdict
 
         return run_check("S", *NAMES[index], check)

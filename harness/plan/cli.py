@@ -260,8 +260,9 @@ def format_constants(rows: list[dict[str, Any]], origin_only: bool = False) -> s
     return "\n".join(out)
 
 
-def plan(overrides: list[str], measured: Calibration | None = None) -> list[PlanRow]:
-    rows = [plan_row(cfg, measured) for cfg in job_configs(overrides)]
+def plan(overrides: list[str], measured: Calibration | None = None, ablate: bool = True
+         ) -> list[PlanRow]:  # fmt: skip
+    rows = [plan_row(cfg, measured, ablate=ablate) for cfg in job_configs(overrides)]
     add_speedups(rows)
     return rows
 

@@ -111,10 +111,10 @@ class _Fsdp1Step:
         cast = prog.memory((FP32 + ctx.param_bytes) * size // ctx.world_size,
                            "fsdp1_shard_cast", f"shard_cast.{unit}", stream=SIDE,
                            unit=unit)  # fmt: skip
-        gather = prog.collective("all_gather", size * ctx.param_bytes, unit, waits=(cast,))
+        done = prog.collective("all_gather", size * ctx.param_bytes, unit, waits=(cast,))
         if self.cat_on_unshard:  # a synchronous all-gather: the unshard stream waits for it
-            gather = prog.add(UNSHARD, 0.0, "event", label=f"gathered.{unit}", waits=(gather,))
-        self.gathered[i] = gather
+            done = prog.add(UNSHARD, 0.0, "event", label=f"gathered.{unit}", waits=(done,))
+        self.gathered[i] = done
 
     def free(self, unit: str) -> None:
         self.free_events.append(self.prog.marker(COMPUTE, f"free.{unit}"))
@@ -186,7 +186,7 @@ class _Fsdp1Step:
                 self.unshard(i)
             if self.cat_on_unshard:  # the compute stream waits for the unshard stream
                 prog.add(COMPUTE, 0.0, "event", label=f"wait_unshard.{names[i]}",
-                         waits=(prog.last(UNSHARD),))  # fmt: skip
+                         unit=names[i], waits=(prog.last(UNSHARD),))  # fmt: skip
             if i - 1 >= 0:
                 self.unshard(i - 1)  # BACKWARD_PRE
             if i == n - 1:

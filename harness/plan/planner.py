@@ -90,7 +90,6 @@ def planned_label(cfg: JobConfig) -> str:
     """The registry label the planner models a job as: its own, or where the registry
     lacks it (an A/A check's second name for an engine) its adapter's own label."""
     from harness.engines.registry import ENGINES
-
     from harness.plan.timing import PLANNED_ONLY
 
     label = cfg.engine.label
@@ -229,8 +228,10 @@ def network(cfg: JobConfig, measured: Calibration | None = None) -> CollectivePr
         net_overhead_us=net.net_overhead_us,
         ll_max_gbps=_three(net.ll_max_gbps),
         ll128_channel_gbps=net.ll128_channel_gbps,
-        measured_bus_gbps=(("all_gather", net.all_gather_bus_gbps),
-                           ("reduce_scatter", net.reduce_scatter_bus_gbps)),  # fmt: skip
+        measured_bus_gbps=(
+            ("all_gather", net.all_gather_bus_gbps),
+            ("reduce_scatter", net.reduce_scatter_bus_gbps),
+        ),  # fmt: skip
         measured_nodes=net.bus_measured_nodes,
     )
 
@@ -258,12 +259,15 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
     )
 
 
-def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEstimate | None:
+def predict_time(
+    cfg: JobConfig, measured: Calibration | None = None, *, ablate: bool = True
+) -> TimeEstimate | None:
+    """`ablate`: each mechanism's own cost too (a step simulated without each)."""
     spec = cfg.device_spec
     net = network(cfg, measured)
     if net is None or not spec.knows_time():
         return None
-    return estimate_time(time_case(cfg, measured), spec, net)
+    return estimate_time(time_case(cfg, measured), spec, net, ablate=ablate)
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
@@ -296,9 +300,11 @@ def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[s
 
 
 def plan_row(
-    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True
-) -> PlanRow:
-    """`price_retries`: the allocator's retries as a term of the time (its switch)."""
+    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True,
+    ablate: bool = True,
+) -> PlanRow:  # fmt: skip
+    """`price_retries`: the allocator's retries as a term of the time (its switch);
+    `ablate`: each mechanism's own cost (`predict_time`)."""
     moments = moments_by_class(memory_case(cfg, measured=measured))
     memory = peak_of(moments)
     have = cfg.device_memory_gb * GIB
@@ -309,7 +315,7 @@ def plan_row(
         smallest = 0
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
-    time = predict_time(cfg, measured)
+    time = predict_time(cfg, measured, ablate=ablate)
     allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
     if price_retries and time is not None and allocator and allocator.retries_per_step:
         time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))

@@ -61,10 +61,17 @@ def test_bandwidth_as_a_fraction_of_the_datasheet_peak() -> None:
 def _fake_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(serial_probe, "gemm_ms", lambda device: 2.0)
     monkeypatch.setattr(serial_probe, "fsdp1_trace", lambda device: _trace(UNSHARD))
-    monkeypatch.setattr(serial_probe, "chain_latencies",
-                        lambda device, trials, links: ([3.0, 5.0] * (trials // 2), 1.0))  # fmt: skip
-    monkeypatch.setattr(serial_probe, "v1_copy", lambda device: {
-        "copy_ms_beside_gemms": 1.5, "copy_ms_alone": 1.0, "priority0_ms_after_copy": 1.0})
+    waits = lambda device, trials, links: ([3.0, 5.0] * (trials // 2), 1.0)  # noqa: E731
+    monkeypatch.setattr(serial_probe, "chain_latencies", waits)
+    monkeypatch.setattr(
+        serial_probe,
+        "v1_copy",
+        lambda device: {
+            "copy_ms_beside_gemms": 1.5,
+            "copy_ms_alone": 1.0,
+            "priority0_ms_after_copy": 1.0,
+        },
+    )
     monkeypatch.setattr(serial_probe, "bandwidth", lambda device: {"cast_gbps": 3000.0})
     monkeypatch.setattr(serial_probe, "allocator_retries",
                         lambda device: {"num_alloc_retries": 3, "oom": False})  # fmt: skip
@@ -76,8 +83,11 @@ def test_every_row_lands_in_the_calibration_the_planner_reads(tmp_path, monkeypa
     _fake_probe(monkeypatch)
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
     (tmp_path / "dev").mkdir()
-    (tmp_path / "dev" / suite_s.FILE).write_text(json.dumps(
-        {"schema": suite_s.SCHEMA, "give_way": {"equal_priority_wait": 0.9, "device": "H200"}}))
+    (tmp_path / "dev" / suite_s.FILE).write_text(
+        json.dumps(
+            {"schema": suite_s.SCHEMA, "give_way": {"equal_priority_wait": 0.9, "device": "H200"}}
+        )
+    )
     rows = suite_s.run(tmp_path / "dev", "NVIDIA H200")
     assert [r.result for r in rows] == ["pass"] * 5
     for folder in ("dev", "out"):

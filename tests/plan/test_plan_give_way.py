@@ -10,8 +10,8 @@ import pytest
 
 from harness.plan.give_way import GiveWayConstants, give_way_constants
 from harness.plan.handout import HandOut, expected_slowest_extra
-from harness.plan.slowest_rank import expected_chain_extra
 from harness.plan.simulate import COMM, COMPUTE, SIDE, UNSHARD, Op, simulate
+from harness.plan.slowest_rank import expected_chain_extra
 from harness.plan.streams import parse_version, stream_priorities
 
 MS = 1e-3
