@@ -26,7 +26,7 @@ _PART_WORDS = {
     "exposed all_reduce": "compute waiting for all-reduces",
     "waits for the host": "compute waiting for the host (kernel launches, hooks, rate limiter)",
     "allocator retries": "compute waiting while the allocator's retries synchronise the device",
-    "waits for the side stream": "compute waiting for the post-backward stream",
+    "waits for the side stream": "compute waiting for a side stream (post-backward; v1: comm)",
     "fsdp1_flat_grad": "FSDP1's flat-gradient copies",
     "fsdp1_shard_cast": "FSDP1's casts of the fp32 shards before each gather",
     "fsdp1_grad_upcast": "FSDP1's gradient upcasts and divisions",

@@ -349,8 +349,9 @@ def add_speedups(rows: list[PlanRow]) -> None:
             if label in BASELINES:
                 base = other.time.iteration_time_s
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
-            elif not (own == YAFSDP and label in PLANNED_ONLY):
-                continue  # yafsdp's own row also says where the published program differs
+            # why-lines on yafsdp's row: against each baseline and the published program
+            if own != YAFSDP or not (label in BASELINES or label in PLANNED_ONLY):
+                continue
             row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                        label, own)  # fmt: skip
             row.why[label] += [n for r in (other, row) if (n := memory_note(r))]

@@ -164,6 +164,7 @@ def test_the_published_experiment_plans_at_torch_2_3_and_a_job_at_the_installed_
 
     published = job_configs(["experiment=yafsdp_readme", "point=llama2_7b_g64_s2048_c0",
                              "engine=fsdp1"])  # fmt: skip
-    assert [time_case(c).torch_version for c in published] == ["2.3"]
+    assert [c.engine.label for c in published] == ["fsdp1", "ya_fsdp_v1"]  # plan_engines
+    assert [time_case(c).torch_version for c in published] == ["2.3", "2.3"]
     (plain,) = job_configs(["hardware=a100_80gb", "model=llama_tiny", "engine=fsdp1"])
     assert time_case(plain).torch_version == installed_torch_version()

@@ -15,8 +15,8 @@ AG_BYTES, RS_BYTES = 1.384e9, 2.77e9
 
 
 def _net(*overrides: str):  # noqa: ANN202
-    (cfg,) = job_configs(["experiment=yafsdp_readme", "point=llama2_34b_g256_s2048_c0",
-                          "engine=fsdp1", *overrides])  # fmt: skip
+    cfg = job_configs(["experiment=yafsdp_readme", "point=llama2_34b_g256_s2048_c0",
+                       "engine=fsdp1", *overrides])[0]  # fmt: skip
     return cfg, network(cfg)
 
 
