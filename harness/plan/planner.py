@@ -7,11 +7,10 @@ from typing import Any
 
 from harness.config import JobConfig
 from harness.models.shapes import shape_of
-from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
-from harness.plan.calibration import Calibration
+from harness.plan.calibrate.calibration import Calibration
 from harness.plan.constants import constants
-from harness.plan.give_way import GiveWayConstants
-from harness.plan.memory import (
+from harness.plan.memory.allocator import AllocatorEstimate, estimate_allocator, retry_note
+from harness.plan.memory.model import (
     MemoryCase,
     MemoryEstimate,
     estimate_memory,
@@ -19,11 +18,12 @@ from harness.plan.memory import (
     peak_of,
     yafsdp_budget,
 )
-from harness.plan.network import MeasuredNetwork, NcclRing
-from harness.plan.retry_syncs import TERM as RETRY_TERM
-from harness.plan.retry_syncs import exposed_s, with_retry_term
-from harness.plan.streams import resolve_torch_version
-from harness.plan.timing import (
+from harness.plan.time.give_way import GiveWayConstants
+from harness.plan.time.network import MeasuredNetwork, NcclRing
+from harness.plan.time.retry_syncs import TERM as RETRY_TERM
+from harness.plan.time.retry_syncs import exposed_s, with_retry_term
+from harness.plan.time.streams import resolve_torch_version
+from harness.plan.time.timing import (
     CollectivePricer,
     TimeCase,
     TimeEstimate,
@@ -90,7 +90,7 @@ def planned_label(cfg: JobConfig) -> str:
     """The registry label the planner models a job as: its own, or where the registry
     lacks it (an A/A check's second name for an engine) its adapter's own label."""
     from harness.engines.registry import ENGINES
-    from harness.plan.timing import PLANNED_ONLY
+    from harness.plan.time.timing import PLANNED_ONLY
 
     label = cfg.engine.label
     if label in ENGINES or label in PLANNED_ONLY or cfg.engine.name not in ENGINES:
@@ -104,7 +104,7 @@ def planned_only_configs(configs: list[JobConfig]) -> list[JobConfig]:
     from dataclasses import replace
 
     from harness.config import EngineConfig
-    from harness.plan.timing import PLANNED_ONLY
+    from harness.plan.time.timing import PLANNED_ONLY
 
     added: dict[tuple, JobConfig] = {}
     for cfg in configs:
@@ -128,7 +128,7 @@ def memory_case(
 ) -> MemoryCase:
     """The job's memory case; for yafsdp with the memory budget its engine gets (the
     buffer plan is chosen for it), unless `with_budget` is off."""
-    from harness.plan.timing import PLANNED_ONLY_MEMORY
+    from harness.plan.time.timing import PLANNED_ONLY_MEMORY
 
     label = planned_label(cfg)
     case = MemoryCase(
@@ -290,8 +290,8 @@ def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -
 def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[str, ...]) -> float:
     """What the allocator's retries at `moments` add to the step: the in-flight work their
     device synchronisations expose on the engine's program (`retry_syncs.py`)."""
-    from harness.plan.mechanisms import applicable
-    from harness.plan.timing import build_program
+    from harness.plan.time.mechanisms import applicable
+    from harness.plan.time.timing import build_program
 
     net = network(cfg, measured)
     assert net is not None, "priced only where the time is"
@@ -332,7 +332,7 @@ def add_speedups(rows: list[PlanRow]) -> None:
     same point, as the README defines speedup."""
     from harness.engines.registry import BASELINES, YAFSDP
     from harness.plan.explain import why_lines
-    from harness.plan.timing import PLANNED_ONLY
+    from harness.plan.time.timing import PLANNED_ONLY
 
     def point(r: PlanRow) -> tuple:
         c = r.cfg

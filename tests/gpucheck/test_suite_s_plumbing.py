@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.gpucheck import serial_probe, suite_s
-from harness.plan.calibration import calibration_from
+from harness.plan.calibrate.calibration import calibration_from
 
 UNSHARD, COMPUTE = 13, 7
 

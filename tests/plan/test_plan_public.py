@@ -1,10 +1,11 @@
-"""The planner against public measured FSDP runs (`harness.plan.public_runs`), fitted to none."""
+"""The planner against public measured FSDP runs (`harness.plan.calibrate.public_runs`),
+fitted to none."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.plan.public_runs import (
+from harness.plan.calibrate.public_runs import (
     LEFT_OUT,
     RUNS,
     SPEEDUP_LEFT_OUT,
@@ -78,8 +79,8 @@ def test_engine_against_engine_predictions_fall_in_the_measured_range(speedups) 
 
 
 def test_the_accuracy_page_is_what_the_command_prints_now(rows: list[dict]) -> None:
-    """docs/planner-accuracy.md is written by `python -m harness.plan.accuracy_doc`; the
+    """docs/planner-accuracy.md is written by `python -m harness.plan.calibrate.accuracy_doc`; the
     public runs' plans are shared with the tests above (planned once per process)."""
-    from harness.plan.accuracy_doc import DOC, render
+    from harness.plan.calibrate.accuracy_doc import DOC, render
 
-    assert DOC.read_text() == render(), "run: python -m harness.plan.accuracy_doc"
+    assert DOC.read_text() == render(), "run: python -m harness.plan.calibrate.accuracy_doc"

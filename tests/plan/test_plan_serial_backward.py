@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plan.cycle import cycle
-from harness.plan.fsdp1_program import fsdp1_program
-from harness.plan.programs import ModelCosts, PartCost, StepContext
-from harness.plan.simulate import UNSHARD, simulate
+from harness.plan.time.cycle import cycle
+from harness.plan.time.programs.common import ModelCosts, PartCost, StepContext
+from harness.plan.time.programs.fsdp1 import fsdp1_program
+from harness.plan.time.simulate import UNSHARD, simulate
 
 MS = 1e-3
 BLOCKS, SIZE, WORLD = 6, 1000, 4
@@ -72,7 +72,7 @@ def test_the_cat_lands_on_the_unshard_stream_behind_an_all_gather() -> None:
 def _v1_period(*mechanisms: str) -> float:
     """The same six blocks under YaFSDP v1's program: its bf16->fp32 copy (6000 bytes) 1 ms
     on the comm stream, the reduce-scatter 3 ms, the all-gather 4 ms."""
-    from harness.plan.ya_fsdp_v1_program import ya_fsdp_v1_program
+    from harness.plan.time.programs.ya_fsdp_v1 import ya_fsdp_v1_program
 
     part = PartCost(1 * MS, 1)
     costs = ModelCosts([part] * (BLOCKS + 2), [part] * (BLOCKS + 2))
@@ -92,7 +92,7 @@ def test_yafsdp_v1_copies_on_its_comm_stream_between_the_gather_and_the_reduce_s
 
 def test_yafsdp_v1_pre_hook_order() -> None:
     """Unit l's backward pre-hook: copy(l+2) -> RS(l+2) -> AG(l), then unit l's backward."""
-    from harness.plan.ya_fsdp_v1_program import ya_fsdp_v1_program
+    from harness.plan.time.programs.ya_fsdp_v1 import ya_fsdp_v1_program
 
     part = PartCost(1 * MS, 1)
     costs = ModelCosts([part] * (BLOCKS + 2), [part] * (BLOCKS + 2))
