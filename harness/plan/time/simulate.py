@@ -17,6 +17,8 @@ refinement pass prices both).
 
 from __future__ import annotations
 
+import bisect
+
 from harness.plan.time.handout import HandOut, hand_out
 from harness.plan.time.simulate_ops import (
     COMM,
@@ -68,10 +70,15 @@ def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Length of [lo, hi) covered by the (sorted, disjoint) intervals."""
+def _overlap(
+    intervals: list[tuple[float, float]], lo: float, hi: float, ends: list[float] | None = None
+) -> float:
+    """Length of [lo, hi) covered by the (sorted, disjoint) intervals; `ends`, their ends
+    in order, lets the search start at the first interval that ends after `lo`."""
     covered = 0.0
-    for a, b in intervals:
+    first = bisect.bisect_right(ends, lo) if ends is not None else 0
+    for i in range(first, len(intervals)):
+        a, b = intervals[i]
         if b <= lo:
             continue
         if a >= hi:
@@ -129,13 +136,15 @@ def _slowed(
 
     comm = busy(COMM) if overlap_slowdown > 0 else []
     side = _merged(busy(*SIDE_STREAMS)) if side_sharing else []
+    comm_ends, side_ends = [b for _, b in comm], [b for _, b in side]
     slowed = dict(seconds)
     added = 0.0
     for op in program:
         if op.stream != COMPUTE or op.seconds <= 0:
             continue
         lo, hi = timeline.start[op.name], timeline.end[op.name]
-        extra = _overlap(comm, lo, hi) * overlap_slowdown + _overlap(side, lo, hi)
+        extra = (_overlap(comm, lo, hi, comm_ends) * overlap_slowdown
+                 + _overlap(side, lo, hi, side_ends))  # fmt: skip
         slowed[op.name] += extra
         added += extra
     return slowed, added
