@@ -26,8 +26,9 @@ bf16 params, fp32 reduce; `torch/distributed/fsdp/_runtime_utils.py`):
   autograd made wait for the cat (`_post_backward_hook`). Lines at torch 2.13:
   `_runtime_utils.py` 277-307 (`_unshard`), 685 and 689-693 (the wait, then the prefetch),
   751 (the post-backward wait); `_flat_param.py` 1359 (`unshard`), 1492-1521, 1901 (the
-  split). The same calls stand from torch 2.1 on (`_runtime_utils.py` at v2.1.0: `_unshard`,
-  `_pre_backward_hook`'s wait before `_prefetch_handle`, `_post_backward_hook`'s wait).
+  split). At torch 2.1.0 the same calls: `_runtime_utils.py` 319-347 (`_unshard`), 706 then
+  714 (the wait, then the prefetch), 769 (the post-backward wait); `flat_param.py` 1230,
+  1346-1376, 1747; so from 2.1 to 2.13.
   The switch `fsdp1_cat_on_unshard` puts it there; off, it runs on the compute stream.
 """
 
