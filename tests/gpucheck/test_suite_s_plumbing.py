@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from harness.gpucheck import serial_probe, suite_s
+from harness.gpucheck import suite_s
+from harness.gpucheck.suite_s import probe as serial_probe
 from harness.plan.calibrate.calibration import calibration_from
 
 UNSHARD, COMPUTE = 13, 7
@@ -101,9 +103,13 @@ def test_every_row_lands_in_the_calibration_the_planner_reads(tmp_path, monkeypa
     assert rows[2].figures["copy_stretch"] == pytest.approx(1.5)
 
 
-def test_the_runner_knows_suite_s_and_skips_it_without_cuda(tmp_path) -> None:
-    from harness.gpucheck.cli import SUITES, run_suites
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
+def test_the_runner_knows_suite_s_and_skips_it_without_cuda(tmp_path, monkeypatch, capsys) -> None:
+    from harness.gpucheck import cli
 
-    assert "S" in SUITES
-    rows = run_suites(["S"], cuda=False, budget_s=1.0, reports_dir=tmp_path)
-    assert [r.result for r in rows] == ["skip"] * len(suite_s.NAMES)
+    monkeypatch.delenv("OUT", raising=False)
+    assert "S" in cli.SUITES and cli.order(None).index("S") < cli.order(None).index("C")
+    assert cli.main(["--suite", "S", "--reports-dir", str(tmp_path)]) == 0
+    assert "GPU min" in capsys.readouterr().out  # its estimate, from suite_s.WORK
+    rows = json.loads((tmp_path / "cpu" / "gpu-check.json").read_text())["rows"]
+    assert [(r["suite"], r["result"]) for r in rows] == [("S", "skip")] * len(suite_s.NAMES)

@@ -1,4 +1,4 @@
-"""The one-GPU measurements behind suite S (`suite_s.py`): CUDA only, no network.
+"""The one-GPU measurements behind suite S (`suite_s/__init__.py`): CUDA only, no network.
 
 Each function returns plain numbers (or samples); the suite judges them and writes them
 into the calibration file. Shapes are the published models' (Llama 2 34B's backward GEMMs,

@@ -15,7 +15,7 @@ Five rows, each a measurement the planner's v4 mechanisms rest on (`harness.plan
 Each writes its figures into the calibration file suite D writes (`give_way_calibration.json`,
 beside the report and in `$OUT`): `give_way.race_loss_probability`, which the planner
 reads, and a `one_gpu` section with the rest. The arithmetic here runs without a GPU
-(tests replace `serial_probe`'s functions).
+(tests replace `probe`'s functions).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.check_rows import Check, Verdict, run_check
 
 FILE = "give_way_calibration.json"  # suite D's: one file for `calibration=`
 SCHEMA = "yafsdp-bench.calibration/1"
@@ -134,9 +134,16 @@ def outputs(device_dir: Path) -> list[Path]:
     return out
 
 
-def run(device_dir: Path, device_name: str, device: Any = None) -> list[Check]:
+# Suite S's work, for its estimate (harness.gpucheck.schedule): FSDP1 built twice (7B-wide
+# under the fake process group, and llama3_70b's last rank at 80 GiB), their steps, and the
+# side-kernel trials beside GEMMs.
+WORK = {"probe build": 2, "probe step": 8, "probe kernel set": 1}
+
+
+def run(device_dir: Path, device_name: str, device: Any = None,
+        on_row: Callable[[Check], None] = lambda row: None) -> list[Check]:  # fmt: skip
     """The five rows, in order; each row's figures go into the calibration as it ends."""
-    from harness.gpucheck import serial_probe as probe
+    from harness.gpucheck.suite_s import probe
 
     files = outputs(device_dir)
     gemm: dict[str, float] = {}
@@ -154,7 +161,9 @@ def run(device_dir: Path, device_name: str, device: Any = None) -> list[Check]:
                               {key: figures})  # fmt: skip
             return verdict
 
-        return run_check("S", *NAMES[index], check)
+        done = run_check("S", *NAMES[index], check)
+        on_row(done)
+        return done
 
     def chain() -> Verdict:
         latencies, alone = probe.chain_latencies(device, TRIALS, LINKS)
