@@ -386,4 +386,8 @@ def add_speedups(rows: list[PlanRow], *, same_ckpt: bool = True) -> None:
                 continue
             row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                        label, own)  # fmt: skip
-            row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
+            row.why[label] += [n for r in (other, row) if (n := memory_note(r, _retry_s(r)))]
+
+
+def _retry_s(row: PlanRow) -> float | None:
+    return row.time.mechanisms.get(RETRY_TERM) if row.time else None

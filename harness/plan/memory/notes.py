@@ -7,18 +7,17 @@ from typing import Any
 
 from harness.plan.memory.allocator import retry_note
 from harness.plan.memory.model import NEAR_CAPACITY
-from harness.plan.time.retry_syncs import TERM as RETRY_TERM
 
 GIB = 2**30
 PlanRow = Any  # harness.plan.planner.PlanRow (which imports this module)
 
 
-def memory_note(row: PlanRow) -> str | None:
+def memory_note(row: PlanRow, price: float | None) -> str | None:
     """Where the allocator's per-stream pools outgrow the device (`allocator.py`), its
-    retries; else, where the peak nears the device's memory, a note: fragmentation within
-    a pool, which is not modelled, can make it retry there too."""
+    retries (`price`: what they add to the step, None where not priced); else, where the
+    peak nears the device's memory, a note: fragmentation within a pool, which is not
+    modelled, can make it retry there too."""
     engine, gib = row.cfg.engine.label, row.cfg.device_memory_gb
-    price = row.time.mechanisms.get(RETRY_TERM) if row.time else None
     if row.allocator is not None and (note := retry_note(engine, row.allocator, gib, price)):
         return note
     return near_capacity(row)
