@@ -293,6 +293,13 @@ def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
     return found
 
 
+def configs_at(configs: list[JobConfig], point: str) -> list[JobConfig]:
+    """The configs of the point `--why` names, chosen as `rows_at` chooses rows."""
+    fields = [{k: getattr(c, k) for k in set(POINT_KEYS.values())} for c in configs]
+    kept = {id(f) for f in rows_at(fields, point)}
+    return [c for c, f in zip(configs, fields, strict=True) if id(f) in kept]
+
+
 def _point_name(r: dict[str, Any]) -> str:
     return f"model={r['model']},gpus={r['gpus']},seq={r['seq_len']},ckpt={r['ckpt_layers']}"
 
@@ -356,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
         configs = job_configs(args)
         warning = _calibration_warning(measured, configs, allow_other)
+        if why_point is not None:  # only the named point's rows are planned
+            configs = configs_at(configs, why_point)
         rows = [plan_row(cfg, measured) for cfg in configs]
         add_speedups(rows)
         dicts = [r.to_dict() for r in rows]
