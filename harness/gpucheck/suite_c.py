@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.dtypes import DTYPES
 from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
 from harness.jobdir.grid_point import POINT_COLUMNS, GridPoint
 from harness.models.init_weights import canonical_name
 from harness.models.shapes import ModelShape, get_shape
-from harness.placement import DTYPES, synchronize
+from harness.placement import synchronize
 from harness.rank.memory_peaks import cuda_memory_outside_allocator
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
@@ -220,8 +222,15 @@ def _bytes_verdict(
     return Verdict(not detail, figures, detail)
 
 
-def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list[Check]:
-    """Every point x engine; rows past the time budget are skipped, not dropped."""
+def run(
+    device: torch.device,
+    *,
+    reduced: bool,
+    budget_s: float = 180.0,
+    on_row: Callable[[Check], None] = lambda row: None,
+) -> list[Check]:
+    """Every point x engine; rows past the time budget are skipped, not dropped. `on_row`
+    is told of each row as it is done."""
     points, engines = reduced_points() if reduced else published_points()
     start = time.monotonic()
     rows = []
@@ -229,10 +238,10 @@ def run(device: torch.device, *, reduced: bool, budget_s: float = 180.0) -> list
         for label in engines:
             name = f"8 {point.name} {label}"
             if time.monotonic() - start > budget_s:
-                rows.append(skipped("C", name, PROVES, f"suite C budget of {budget_s:g} s spent; "
-                                    "run `--suite C --budget-s 560` alone"))  # fmt: skip
-                continue
-            rows.append(
-                run_check("C", name, PROVES, functools.partial(measure, point, label, device))
-            )
+                why = f"suite C's {budget_s:.0f} s (what the deadline left) spent"
+                row = skipped("C", name, PROVES, f"{why}; run `--suite C --deadline-s 560` alone")
+            else:
+                row = run_check("C", name, PROVES, functools.partial(measure, point, label, device))
+            rows.append(row)
+            on_row(row)
     return rows

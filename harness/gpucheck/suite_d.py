@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.check_rows import Check, Verdict, run_check
 
 FILE = "give_way_calibration.json"
 MODEL, SEQ_LEN = "llama2_34b", 2048
@@ -60,5 +61,12 @@ def check(device_dir: Path) -> Verdict:
     return Verdict(not missing, figures, f"not measured: {', '.join(missing)}" if missing else "")
 
 
-def run(device_dir: Path) -> list[Check]:
-    return [run_check("D", *NAME, lambda: check(device_dir))]
+# Suite D's work, for its estimate (harness.gpucheck.schedule): the probe's two priorities,
+# each for the gradient cast/divide and the collective stand-in.
+WORK = {"process group": 1, "probe kernel set": 4}
+
+
+def run(device_dir: Path, on_row: Callable[[Check], None] = lambda row: None) -> list[Check]:
+    row = run_check("D", *NAME, lambda: check(device_dir))
+    on_row(row)
+    return [row]

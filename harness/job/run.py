@@ -12,22 +12,27 @@ import os
 import signal
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from harness.config import JobConfig
 from harness.job.failure import disk_full, full_disk_error, remove_temporaries
 from harness.job.oom_kills import oom_kill_count, oom_kills_since
+from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
+from harness.jobdir.prediction import write_prediction
 from harness.jobdir.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
     unrecorded_failures,
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
+from harness.jobdir.rounds import stamp_result, utc_now
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
+from harness.models.presets import config_fingerprint
+from harness.plan.fit import job_prediction
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -77,10 +82,14 @@ def run_job(
     on the way is this job's failure, recorded as its result, never the sweep's end.
     """
     job_dir = Path(job_dir)
+    started = utc_now()
     try:
-        return _run_job(
+        outcome = _run_job(
             cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say, ranks_here=ranks_here
         )
+        if not outcome.ran:  # an earlier result stands, or a dry run: nothing ran now
+            return outcome
+        return replace(outcome, result=stamp_result(job_dir, outcome.result, started))
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
         error = (
@@ -94,7 +103,7 @@ def run_job(
             result = _write_failure(cfg, job_dir, "failed", error)
         except OSError:  # the directory cannot take it either: the row still says why
             result = make_result(status="failed", config=asdict(cfg), error=error)
-        return JobOutcome(result, True, job_dir)
+        return JobOutcome(stamp_result(job_dir, result, started), True, job_dir)
 
 
 def _run_job(
@@ -106,18 +115,20 @@ def _run_job(
     say: Callable[[str], None],
     ranks_here: bool,
 ) -> JobOutcome:
+    # what an hf: config.json says now, not when the config was built
+    cfg = replace(cfg, model_config_sha256=config_fingerprint(cfg.model))
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
         return JobOutcome(_dry_run_result(cfg, errors, say, ranks_here), False, job_dir)
-    stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
+    reason = rerun_reason(job_dir, config)
+    if reason is None and cfg.rerun and not measured_in_this_rerun(job_dir):
+        reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
+    if reason is None:  # an ok result outlives its attempt's processes: none to look for
+        return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
+    stray = end_stray_attempt(job_dir)  # before the directory is set aside or cleared
     if stray is not None:
         say(stray)
-    reason = rerun_reason(job_dir, config)
-    if reason is None and cfg.rerun:
-        reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
-    if reason is None:
-        return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
@@ -129,6 +140,7 @@ def _run_job(
     from harness.job.launch import launch_local
 
     JobDir(job_dir).clear_previous_attempt()
+    write_prediction(job_dir, job_prediction(cfg))  # once, before the ranks start
     oom_kills_before = oom_kill_count()
     try:
         exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)
@@ -172,7 +184,9 @@ def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Run this process as one rank of an environment someone else set up (SLURM, torchrun)."""
     from harness.rank.run import run_rank
 
-    return run_rank(cfg, job_dir)
+    started = utc_now()
+    result = run_rank(cfg, job_dir)
+    return None if result is None else stamp_result(job_dir, result, started)
 
 
 def decide_result(
@@ -223,13 +237,6 @@ def launcher_death(exit_code: int | None, exits: dict) -> str | None:
     except ValueError:
         name = f"signal {-exit_code}"
     return f"the ranks' launcher (python -m harness.job.launch) was killed ({name})"
-
-
-def describe(cfg: JobConfig) -> str:
-    return (
-        f"model={cfg.model} engine={cfg.engine.label} gpus={cfg.gpus} seq_len={cfg.seq_len} "
-        f"ckpt_layers={cfg.ckpt_layers}"
-    )
 
 
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:

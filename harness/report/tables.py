@@ -13,7 +13,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from harness.jobdir.grid_point import GridPoint
-from harness.report.compare import (
+from harness.report.charts import primary_memory
+from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.matching import (
     MISSING,
     STATUS_CELL,
     YAFSDP,
@@ -26,9 +28,7 @@ from harness.report.compare import (
     sort_jobs,
     value,
 )
-from harness.report.figures import primary_memory
-from harness.report.interference import interference_cell
-from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.run_conditions import interference_cell
 from harness.report.speedups import Speedup
 from harness.results.table import PROFILE_PREFIX
 
@@ -74,15 +74,18 @@ def speedup_cell(s: Speedup) -> str:
     """`9.92% [7.1, 12.5], 3 repeats`; `, n.s.` where the interval holds 0; one repeat says
     that run-to-run noise was not measured. Then the flags: inside the step spread, uneven
     interference, a loss mismatch."""
-    if s.speedup_pct is None or s.estimate is None:
-        return MISSING
+    left_out = unpaired_text(s)
+    if s.speedup_pct is None or s.estimate is None:  # a failure shows in the time cells
+        return f"{MISSING} (no pair: {left_out})" if s.other_round else MISSING
     e = s.estimate
     if e.low_pct is not None and e.high_pct is not None:
         text = f"{e.speedup_pct:.2f}% [{e.low_pct:.1f}, {e.high_pct:.1f}], {e.n} repeats"
+        text += f" ({left_out})" if left_out else ""
         if not e.significant:
             text += ", n.s."
     else:
-        text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured)"
+        text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured"
+        text += f"; {left_out})" if left_out else ")"
     if s.spread_pct is None:
         text += f" {FLAG} step spread unknown"
     elif s.too_few_steps:
@@ -96,14 +99,22 @@ def speedup_cell(s: Speedup) -> str:
     return text
 
 
+def unpaired_text(s: Speedup) -> str:
+    """The repeats a speedup leaves out, and why: `1 failed, 1 from another round`."""
+    parts = [f"{s.failed} failed"] if s.failed else []
+    if s.other_round:
+        parts.append(f"{s.other_round} from another round")
+    return ", ".join(parts)
+
+
 def point_time_cell(t: float | None, row: pd.Series | None) -> str:
     """The median over a point's runs of each run's median; a status where none finished."""
     return fmt_time(t) if t is not None else time_cell(row)
 
 
-def speedup_table(rows: list[Speedup]) -> Table:
+def speedup_table(rows: list[Speedup], twin: str | None = None) -> Table:
     """The YaFSDP README's table for one baseline and setting (the speedup cell carries
-    its interval)."""
+    its interval); an A/A check's `twin` label heads the other time column."""
     cells = [
         [
             *point_cells(r.key),
@@ -113,7 +124,9 @@ def speedup_table(rows: list[Speedup]) -> Table:
         ]
         for r in rows
     ]
-    return PUBLISHED_HEADER, cells
+    if twin is None:
+        return PUBLISHED_HEADER, cells
+    return [*PUBLISHED_HEADER[:-1], f"{twin} iteration time (s)"], cells
 
 
 def per_engine_table(
@@ -150,10 +163,26 @@ FLAG = "⚠"
 
 
 def predicted(row: pd.Series, key: str) -> float | None:
-    """The planner's prediction for this job (result.json `metrics.predicted`), or None."""
+    """The planner's prediction for this job (its prediction.json; an older job's
+    result.json `metrics.predicted`), or None."""
     record = metric(row, "predicted")
     found = record.get(key) if isinstance(record, dict) else None  # null: no prediction
     return None if found is None else float(found)
+
+
+def predicted_memory_cell(row: pd.Series) -> str:
+    """The predicted peak; where the job's prediction planned yafsdp for another memory
+    budget than the one its engine was built with (a GPU's free memory at build, which
+    the job could not know), the cell says so: the buffer plans may differ."""
+    guess = fmt_bytes(predicted(row, "peak_memory_bytes"))
+    record = metric(row, "predicted")
+    settings = value(row, "engine_settings")
+    if not isinstance(record, dict) or not isinstance(settings, dict):
+        return guess
+    planned, built = record.get("memory_budget_bytes"), settings.get("memory_budget_bytes")
+    if planned is None or built is None or planned == built:
+        return guess
+    return f"{guess} ({FLAG} planned for a {fmt_bytes(planned)} budget, built {fmt_bytes(built)})"
 
 
 def prediction_error(measured: float | None, guess: float | None, *, flag: bool) -> str:
@@ -210,7 +239,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
             fmt_bytes(metric(row, "device_memory_outside_allocator_bytes")),
             fmt_bytes(metric(row, "peak_rss_bytes")),
             metric(row, "memory_source") or MISSING,
-            fmt_bytes(guess),
+            predicted_memory_cell(row),
             prediction_error(allocated, guess, flag=True),
             diff,
         ]
@@ -221,7 +250,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
 
 
 def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
-    from harness.report.cpu_peak import cpu_mfu, cpu_peaks
+    from harness.report.run_conditions import cpu_mfu, cpu_peaks
 
     peaks = cpu_peaks(df)  # CPU jobs: one peak per machine, not each job's own
 

@@ -15,11 +15,13 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.config import JobConfig
+from harness.config import JobConfig, config_from_dict
 from harness.job.launch import interrupts_deferred
+from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.run import Interrupted
 from harness.jobdir.paths import RESULT_FILE, JobDir
+from harness.jobdir.prediction import write_prediction
 from harness.jobdir.result import (
     Result,
     make_result,
@@ -28,10 +30,17 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.result import finished_ok as _finished_ok
+from harness.plan.fit import job_prediction
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
-from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
+from harness.slurm.job_end import JobEnd, decide
+from harness.slurm.resources import (
+    JobShape,
+    ShapeError,
+    job_shape,
+    sbatch_time_min,
+    time_limit_error,
+)
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
@@ -128,12 +137,22 @@ def plan_job(
             int(_job_value(sweep_config, "gpus_per_node")),
             request_gpus=params.request_gpus and device != "cpu",
         )
-        time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
+        timeout_s = float(_job_value(sweep_config, "job_timeout_s"))
+        too_short = time_limit_error(
+            time_min=params.time_min, job_timeout_s=timeout_s, signal_delay_s=params.signal_delay_s
+        )
+        if too_short:
+            raise ShapeError(too_short)
     except ShapeError as e:  # the validation may have found the same problem: say it once
         errors = [str(e)] + [err for err in errors if err != str(e)]
     if errors:
         job.refusal = "; ".join(errors)
     return job
+
+
+def _time_min(cfg: DictConfig, params: LauncherParams) -> int:
+    job_timeout_s = float(_job_value(cfg, "job_timeout_s"))
+    return sbatch_time_min(params.time_min, job_timeout_s, params.signal_delay_s)
 
 
 def _sbatch_parameters(
@@ -151,7 +170,7 @@ def _sbatch_parameters(
         "gpus_per_node": job.shape.gpus_per_node,
         "cpus_per_task": params.cpus_per_task,
         "mem": f"{params.mem_gb}GB" if params.mem_gb else None,
-        "time": params.time_min or time_limit_min(float(_job_value(cfg, "job_timeout_s"))),
+        "time": _time_min(cfg, params),
         "partition": params.partition,
         "account": params.account,
         "qos": params.qos,
@@ -171,6 +190,14 @@ def _set_aside_stale_result(job_dir: Path) -> None:
     pass for this attempt's verdict; it is kept beside it (JobDir.set_aside_result)."""
     JobDir(job_dir).set_aside_result()
     JobDir(job_dir).clear_previous_attempt()
+
+
+def _write_prediction(job: PlannedJob, params: LauncherParams) -> None:
+    """The job's prediction.json, written once before its ranks start (on the cluster: a
+    job on `device=auto` runs where the allocation puts it, on GPUs where it asks for them)."""
+    cfg = config_from_dict(job.config)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if params.request_gpus else "cpu")
+    write_prediction(job.job_dir, job_prediction(cfg, device=device))
 
 
 def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
@@ -294,7 +321,7 @@ def _submit(
         if job.submitit_job is not None:
             return
     reason = rerun_reason(job.job_dir, job.config)
-    if reason is None and not job.config.get("rerun"):
+    if reason is None and (not job.config.get("rerun") or measured_in_this_rerun(job.job_dir)):
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return
@@ -306,6 +333,7 @@ def _submit(
         job.result = make_result(status="invalid", config=job.config, error=job.refusal)
         write_result(job.job_dir, job.result)
         return
+    _write_prediction(job, params)
     try:
         executor.update_parameters(**_sbatch_parameters(job, params, extra))
         job.submitit_job = executor.submit(
@@ -367,7 +395,8 @@ def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
         slurm_state=slurm_state,
         world_size=world,
         job_timeout_s=job_timeout_s,
-        time_limit_min=params.time_min or time_limit_min(job_timeout_s),
+        time_limit_min=_time_min(cfg, params),
+        signal_delay_s=params.signal_delay_s,
         collective_timeout_s=float(_job_value(cfg, "collective_timeout_s")),
         task_errors=task_errors,
     )

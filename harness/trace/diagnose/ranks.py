@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,8 +32,7 @@ from harness.trace.diagnose.attribute_device import attribute_device
 from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.diagnose.yardstick import collective_kind
 from harness.trace.overlap import Intervals, intersect, subtract
-from harness.trace.parse import TraceError, load_trace
-from harness.trace.summary import Analysis, analyse, find_traces
+from harness.trace.summary import Analysis
 
 _US = 1e-6
 # the part of an exposed collective spent waiting for the last rank: by_unit names the rank
@@ -306,15 +304,3 @@ def late_arrivals(cross: CrossRank, shown: int = 3) -> list[str]:
         rest = sum(v for _, v in ranked[shown:]) / steps
         lines.append(f"skew: {len(ranked) - shown} more, {rest * 1e3:.3f} ms per step")
     return lines
-
-
-def analyse_job(job_dir: Path | str) -> list[Analysis]:
-    paths = find_traces(job_dir)
-    if not paths:
-        raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
-    return [analyse(load_trace(p)) for p in paths]
-
-
-def job_cross_rank(job_dir: Path | str) -> CrossRank:
-    """The cross-rank split of every rank's trace of a job."""
-    return split_collectives(analyse_job(job_dir))

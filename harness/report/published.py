@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.compare import (
+from harness.engines.registry import ENGINES
+from harness.report.jobs import ReportJobs
+from harness.report.markdown import bullets, md_table
+from harness.report.matching import (
     BASELINES,
     STATUS_CELL,
     YAFSDP,
     baseline_title,
     metric,
+    off_registered,
     point_label,
 )
-from harness.report.jobs import ReportJobs
-from harness.report.markdown import bullets, md_table
 from harness.report.measured import Measured, measured_block
-from harness.report.pictures import Pictures
-from harness.report.significance import METHOD
-from harness.report.speedups import MIN_STEPS_FOR_SPREAD, Speedup
+from harness.report.picture_links import Pictures
+from harness.report.speedups import METHOD, MIN_STEPS_FOR_SPREAD, Speedup
 from harness.report.tables import (
     FLAG,
     speedup_table,
@@ -28,12 +29,15 @@ NOISE_LEGEND = (
     "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time of a run. With "
     "`repeats=N` each engine ran N times at each point, the engines taking turns; the "
     "speedup is measured per repeat (repeat r of YaFSDP against repeat r of the baseline, "
-    "which ran beside it) and the cell gives their mean, its 95% confidence interval "
+    "paired only when both finished ok in one round: one invocation of the runner, where "
+    "the engines took turns, as `round` in result.json records; a failed repeat or one "
+    "measured in another round, by a resume or another sweep, is left out and counted in "
+    "the cell) and the cell gives their mean, its 95% confidence interval "
     f"({METHOD}: mean ± t(0.975, n-1) · sd / √n over the n per-repeat speedups) and n: "
     "`9.92% [7.1, 12.5], 3 repeats`. The verdict is significant only when the interval "
     "excludes 0; **n.s.** (not significant) where it holds 0. With 1 repeat, run-to-run "
     "noise was not measured and no verdict is given. The times are the median over the "
-    f"runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
+    f"paired runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
     "largest p10-p90 step-time range of the runs (in % of T_fsdp), so step-to-step "
     "variation inside a job could produce it (with fewer than "
     f"{MIN_STEPS_FOR_SPREAD} timed steps the spread says nothing of that variation: *too few "
@@ -68,7 +72,9 @@ def published_tables(
     for baseline in present:
         blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
-            blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows))]
+            twin = baseline if baseline not in BASELINES else None  # an A/A check's label
+            blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows, twin))]
+            blocks += off_registered_note(rows, baseline)
             gaps = _gaps(rows, baseline)
             if gaps:
                 blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
@@ -82,6 +88,28 @@ def published_tables(
             if measured is not None:
                 blocks += measured_block(rows, baseline, measured, predicted_terms)
     return blocks
+
+
+def off_registered_note(rows: list[Speedup], baseline: str) -> list[str]:
+    """Where this table's jobs ran an engine with a knob away from its label's registered
+    value, the heading's description does not hold for them: said under the table."""
+    off = {
+        (label, knob)
+        for r in rows
+        for label, row in ((YAFSDP, r.yafsdp), (baseline, r.baseline))
+        if row is not None
+        for knob in off_registered(row)
+    }
+    if not off:
+        return []
+    knobs = "; ".join(f"{label} with {knob}" for label, knob in sorted(off))
+    titles = {label: ENGINES[label].title if label in ENGINES else label for label, _ in off}
+    named = sorted({title.split(" (")[0] for title in titles.values()})
+    return [
+        f"**Not as registered**: these jobs ran {knobs}, so this table is not "
+        f"{' or '.join(named)} as the heading describes it, but the variant its setting "
+        "names."
+    ]
 
 
 def aa_verdict(rows: list[Speedup]) -> str:
@@ -118,6 +146,12 @@ def noise_notes(rows: list[Speedup]) -> list[str]:
             "the same machine may differ by more than these steps do, so no speedup here is "
             "a verdict. Run with `repeats=3` (or more) for intervals."
         )
+    unchecked = [f"{point_label(r.key)} ({r.unchecked})" for r in rows if r.unchecked]
+    if unchecked:
+        notes.append(
+            "Pairs with no round recorded (results written before rounds were): that their "
+            "runs ran together cannot be checked, at " + "; ".join(unchecked) + "."
+        )
     uneven = [f"{point_label(r.key)}: {r.interference}" for r in rows if r.interference]
     if uneven:
         notes.append(
@@ -127,11 +161,18 @@ def noise_notes(rows: list[Speedup]) -> list[str]:
     return notes
 
 
+# A job recorded before jobs wrote prediction.json keeps its predicted terms in result.json
+# (`metrics.predicted`) but no why-lines; the report plans nothing, so it says so.
+NO_STORED_WHY = (
+    "(no why-lines stored: the yafsdp job predates prediction.json; "
+    "`python -m harness.plan --why {point}` prints them)"
+)
+
+
 def why_block(rows: list[Speedup], baseline: str) -> list[str]:
     """Beside the measured speedups, the planner's: by how much and why, term by term
-    (the lines `python -m harness.plan` prints, from each job's recorded prediction)."""
-    from harness.plan.explain import why_lines
-
+    (the lines `python -m harness.plan` prints, stored by the yafsdp job in its
+    prediction.json; the report reads them, it never plans)."""
     explained = []
     for row in rows:
         if row.yafsdp is None or row.baseline is None:
@@ -143,7 +184,10 @@ def why_block(rows: list[Speedup], baseline: str) -> list[str]:
         measured = "—" if row.speedup_pct is None else f"{row.speedup_pct:+.1f}%"
         explained.append(f"{point_label(row.key)}: measured speedup {measured}, predicted "
                          f"{(t_b - t_y) / t_b * 100:+.1f}%")  # fmt: skip
-        explained += [f"    {line}" for line in why_lines(mine, theirs, baseline)]
+        lines = (mine.get("why") or {}).get(baseline)
+        if lines is None:
+            lines = [NO_STORED_WHY.format(point=row.key.words())]
+        explained += [f"    {line}" for line in lines]
     if not explained:
         return ["Why (predicted): no time prediction for these jobs (the hardware profile "
                 "has no peak FLOP/s or memory bandwidth, as on CPU)."]  # fmt: skip
