@@ -301,6 +301,13 @@ def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
     return found
 
 
+def configs_at(configs: list[JobConfig], point: str) -> list[JobConfig]:
+    """The configs of the point `--why` names (as `rows_at` chooses): only they are planned."""
+    fields = [{k: getattr(c, k) for k in set(POINT_KEYS.values())} for c in configs]
+    kept = {id(f) for f in rows_at(fields, point)}
+    return [c for c, f in zip(configs, fields, strict=True) if id(f) in kept]
+
+
 def _print_plan(dicts: list[dict[str, Any]], brief: bool, measured: Calibration | None) -> None:
     print(format_table(dicts))
     print(LEGEND)
@@ -360,11 +367,10 @@ def main(argv: list[str] | None = None) -> int:
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
         configs = job_configs(args)
         warning = _calibration_warning(measured, configs, allow_other)
+        configs = configs if why_point is None else configs_at(configs, why_point)
         rows = [plan_row(cfg, measured) for cfg in configs]
         add_speedups(rows)
         dicts = [r.to_dict() for r in rows]
-        if why_point is not None:
-            dicts = rows_at(dicts, why_point)
     except (PlanError, ValueError) as e:
         print(f"[harness.plan] refused: {e}", file=sys.stderr)
         return EXIT_INVALID
