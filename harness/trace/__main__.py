@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def summarize(args: argparse.Namespace) -> int:
 def timeline(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.job_dirs]
     out = Path(args.output) if args.output else JobDir(dirs[0]).traces / "timeline.png"
-    print(plot_timeline(dirs, out, rank=args.rank, step=args.step))
+    written = plot_timeline(dirs, out, rank=args.rank, step=args.step)
+    step = "the first profiled step" if args.step is None else f"step {args.step}"
+    print(f"wrote {Path(written).resolve()} (rank {args.rank}, {step}, {len(dirs)} job(s))")
     return 0
 
 
@@ -107,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        _quiet_closed_stdout()
+        return 0
+
+
+def _quiet_closed_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush into the closed pipe
+    raises nothing (the recipe of Python's signal module documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":
