@@ -31,7 +31,7 @@ from harness.jobdir.result import finished_ok as _finished_ok
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
 from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.resources import JobShape, ShapeError, job_shape, time_limit_min
+from harness.slurm.resources import JobShape, ShapeError, job_name, job_shape, time_limit_min
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
@@ -145,12 +145,13 @@ def _sbatch_parameters(
     if params.kill_on_bad_exit:
         srun_args.append("--kill-on-bad-exit=1")
     return {
-        "job_name": str(cfg.hydra.job.name),
+        "job_name": job_name(job.config, fallback=str(cfg.hydra.job.name)),
         "nodes": job.shape.nodes,
         "ntasks_per_node": job.shape.tasks_per_node,
         "gpus_per_node": job.shape.gpus_per_node,
         "cpus_per_task": params.cpus_per_task,
-        "mem": f"{params.mem_gb}GB" if params.mem_gb else None,
+        # mem_gb=0: --mem=0, all of each node's memory
+        "mem": None if params.mem_gb is None else f"{params.mem_gb}GB" if params.mem_gb else "0",
         "time": params.time_min or time_limit_min(float(_job_value(cfg, "job_timeout_s"))),
         "partition": params.partition,
         "account": params.account,
@@ -260,17 +261,21 @@ def _dry_run(
     params: LauncherParams,
 ) -> list[JobReturn]:
     """No sbatch: each job's request is printed beside its checks and planner row."""
-    from harness.slurm.dry_run import dry_run_jobs, sbatch_request
+    from harness.slurm.dry_run import chain_lines, dry_run_jobs, node_notes, submission_text
     from harness.sweep.callbacks import active_sweep
 
     sweep = active_sweep()
     say = sweep.console.say if sweep is not None else print
+    for note in node_notes(params.mem_gb, params.additional_parameters):
+        say(note)
+    chained = chain_lines(jobs, same_nodes=params.same_nodes)
     requests = [
-        (job.idx, job.sweep_config, sbatch_request(_sbatch_parameters(job, params)))
+        (job.idx, job.sweep_config, submission_text(_sbatch_parameters(job, params),
+                                                    params.submitit_folder, chained[job.idx]))
         if job.refusal is None
         else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
         for job in jobs
-    ]
+    ]  # fmt: skip
     return dry_run_jobs(
         hydra_context=hydra_context, task_function=task_function, jobs=requests, say=say
     )
