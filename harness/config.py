@@ -54,7 +54,7 @@ class ProfileConfig:
 
 @dataclass(kw_only=True)
 class NetworkSpec:
-    """NCCL's ring over one cluster's links, as `harness.plan.network` prices it: NVLink
+    """NCCL's ring over one cluster's links, as `harness.plan.time.network` prices it: NVLink
     inside a node, one ring channel per NIC across nodes, and NCCL's own latency tables
     (ring algorithm; three entries each: LL, LL128, Simple). 0 means unknown."""
 

@@ -9,7 +9,7 @@ labels. Adding an engine touches two files: an entry here and its `sweeps/engine
 This is the one list of labels. Every tool that treats engines differently keeps its own
 table keyed by label, beside the functions it picks: the adapters
 (`harness.engines.adapters.ADAPTERS`), the planner's memory models and time schedules
-(`harness.plan.memory.MEMORY_MODELS`, `harness.plan.timing.SCHEDULES`) and the trace
+(`harness.plan.memory.model.MEMORY_MODELS`, `harness.plan.time.timing.SCHEDULES`) and the trace
 grammars (`harness.trace.engine_annotations.GRAMMARS`). A test checks that each table
 covers every label here. The options each adapter reads are `harness.engines.options`;
 a job's label must agree with its entry here in adapter and `options` (harness.validate).

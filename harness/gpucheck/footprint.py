@@ -4,7 +4,7 @@ Suite C compares what the engines really allocate on one rank of a large world w
 figures. Sharded state is fp32 (master weights, their gradients, two AdamW moments);
 `param_bytes` is the size of the compute dtype.
 
-This arithmetic is kept apart from the planner's memory models (`harness.plan.memory`) on
+This arithmetic is kept apart from the planner's memory models (`harness.plan.memory.model`) on
 purpose: the planner reads yafsdp's buffers from the engine's own code on the meta device
 (so suite C would compare the engine with itself) and leaves out AdamW's step counters, and
 its FSDP models put the optimizer's moments on the padded shard, where the last rank of a

@@ -41,8 +41,8 @@ def outputs(device_dir: Path) -> list[Path]:
 
 
 def check(device_dir: Path) -> Verdict:
-    from harness.plan import give_way_probe
-    from harness.plan.calibration import calibration_from
+    from harness.plan.calibrate import give_way_probe
+    from harness.plan.calibrate.calibration import calibration_from
 
     first, *copies = outputs(device_dir)
     first.parent.mkdir(parents=True, exist_ok=True)

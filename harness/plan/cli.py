@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
-from harness.plan.calibration import Calibration
+from harness.plan.calibrate.calibration import Calibration
 from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
@@ -318,7 +318,7 @@ def _calibration_warning(measured: Calibration | None, configs: list[JobConfig],
                          allow: bool) -> str | None:  # fmt: skip
     """A calibration measured on other hardware than the plan's: refused (PlanError), or
     with --allow-other-hardware, the warning the output opens with."""
-    from harness.plan.calibration import hardware_mismatch
+    from harness.plan.calibrate.calibration import hardware_mismatch
 
     if measured is None:
         return None
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         args, why_point = _take_value(args, "--why")
         measured = None
         if calibration:
-            from harness.plan.calibration import calibration_from
+            from harness.plan.calibrate.calibration import calibration_from
 
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
         configs = job_configs(args)
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if warning:  # the first line a reader sees (stderr beside JSON, which must parse)
         print(warning, file=sys.stderr if as_json else sys.stdout)
     if as_cycle and not as_json:
-        from harness.plan.cycle import format_cycle
+        from harness.plan.time.cycle import format_cycle
 
         for r in dicts:
             label = f"{r['engine']} {r['model']} gpus={r['gpus']} seq={r['seq_len']}"

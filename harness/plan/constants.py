@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.config import DeviceSpec, JobConfig
-from harness.plan.calibration import Calibration
+from harness.plan.calibrate.calibration import Calibration
 
 # The profile's figures each prediction uses; the network's are replaced by a calibration.
 COMPUTE_CONSTANTS = ("peak_tflops", "memory_gbps", "memory_efficiency", "kernel_floor_us",

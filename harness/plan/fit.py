@@ -15,7 +15,7 @@ def _size(n: int) -> str:
 
 def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
     """One line for the console, and the refusals (empty when it fits or cannot be told)."""
-    from harness.plan.memory import estimate_memory
+    from harness.plan.memory.model import estimate_memory
     from harness.plan.planner import memory_case, smallest_fitting_ckpt
 
     estimate = estimate_memory(memory_case(cfg))

@@ -7,11 +7,10 @@ from typing import Any
 
 from harness.config import JobConfig
 from harness.models.shapes import shape_of
-from harness.plan.allocator import AllocatorEstimate, estimate_allocator, retry_note
-from harness.plan.calibration import Calibration
+from harness.plan.calibrate.calibration import Calibration
 from harness.plan.constants import constants
-from harness.plan.give_way import GiveWayConstants
-from harness.plan.memory import (
+from harness.plan.memory.allocator import AllocatorEstimate, estimate_allocator, retry_note
+from harness.plan.memory.model import (
     MemoryCase,
     MemoryEstimate,
     estimate_memory,
@@ -19,11 +18,12 @@ from harness.plan.memory import (
     peak_of,
     yafsdp_budget,
 )
-from harness.plan.network import MeasuredNetwork, NcclRing
-from harness.plan.retry_syncs import TERM as RETRY_TERM
-from harness.plan.retry_syncs import exposed_s, with_retry_term
-from harness.plan.streams import resolve_torch_version
-from harness.plan.timing import (
+from harness.plan.time.give_way import GiveWayConstants
+from harness.plan.time.network import MeasuredNetwork, NcclRing
+from harness.plan.time.retry_syncs import TERM as RETRY_TERM
+from harness.plan.time.retry_syncs import exposed_s, with_retry_term
+from harness.plan.time.streams import resolve_torch_version
+from harness.plan.time.timing import (
     CollectivePricer,
     TimeCase,
     TimeEstimate,
@@ -255,8 +255,8 @@ def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -
 def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[str, ...]) -> float:
     """What the allocator's retries at `moments` add to the step: the in-flight work their
     device synchronisations expose on the engine's program (`retry_syncs.py`)."""
-    from harness.plan.mechanisms import applicable
-    from harness.plan.timing import build_program
+    from harness.plan.time.mechanisms import applicable
+    from harness.plan.time.timing import build_program
 
     net = network(cfg, measured)
     assert net is not None, "priced only where the time is"

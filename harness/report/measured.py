@@ -1,12 +1,12 @@
 """Why (measured): under each speedup table, the traced difference of the matched jobs, cause
 by cause, beside the planner's prediction in the same cause names.
 
-`PLANNER_CAUSES` is the one table that says which measured causes (`harness.trace.causes`)
-each of the planner's terms predicts: its breakdown's parts (`harness.plan.timing`) and its
-mechanisms (`harness.plan.mechanisms`). A table row joins the planner's terms and the
+`PLANNER_CAUSES` is the one table that says which measured causes (`harness.trace.diagnose.causes`)
+each of the planner's terms predicts: its breakdown's parts (`harness.plan.time.timing`) and its
+mechanisms (`harness.plan.time.mechanisms`). A table row joins the planner's terms and the
 causes they share, so a reader sees where the model and the measurement part; causes the
 planner does not model (a late rank, a slow collective) are rows of their own.
-No torch: the traces are read by `harness.trace.why`.
+No torch: the traces are read by `harness.trace.diagnose.why`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pandas as pd
 from harness.report.compare import point_label
 from harness.report.markdown import md_table
 from harness.report.speedups import Speedup
-from harness.trace import causes as C
+from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.ranks import SKEW
+from harness.trace.diagnose.why import WhyError, describe, why
 from harness.trace.parse import TraceError
-from harness.trace.ranks import SKEW
-from harness.trace.why import WhyError, describe, why
 
 Measured = dict[tuple[str, str], dict[str, Any]]  # (yafsdp job, baseline job) -> `why`
 
@@ -31,7 +31,7 @@ _HOST = (C.HOST_SYNC, C.HOST_ALLOCATOR, C.HOST_OTHER)
 _COMPUTE = (C.COMPUTE_GEMM_ATTENTION, C.COMPUTE_OTHER)
 
 # The planner's terms -> the measured causes each predicts: first the parts of its
-# breakdown (harness.plan.timing.compute_stream_breakdown), which sum to its step
+# breakdown (harness.plan.time.timing.compute_stream_breakdown), which sum to its step
 BREAKDOWN_CAUSES: dict[str, tuple[str, ...]] = {
     "compute": _COMPUTE,
     "overlap slowdown": _COMPUTE,  # compute kernels made longer by overlapping work
@@ -50,7 +50,7 @@ BREAKDOWN_CAUSES: dict[str, tuple[str, ...]] = {
     "local_grad_cast": (C.ENGINE,),
     "launch_overhead": _HOST,
 }
-# ... then its mechanisms (harness.plan.mechanisms), each priced on its own
+# ... then its mechanisms (harness.plan.time.mechanisms), each priced on its own
 PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
     **BREAKDOWN_CAUSES,
     "rate_limiter": (C.HOST_SYNC,),  # FSDP1 blocks the host on an event

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.jobdir.paths import JobDir
-from harness.trace import attribute_cli, path_cli
+from harness.trace.diagnose import attribute_cli, path_cli
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline
@@ -66,8 +66,8 @@ def timeline(args: argparse.Namespace) -> int:
 
 
 def why(args: argparse.Namespace) -> int:
-    from harness.trace.why import WhyError, why_lines
-    from harness.trace.why import why as compare_jobs
+    from harness.trace.diagnose.why import WhyError, why_lines
+    from harness.trace.diagnose.why import why as compare_jobs
 
     try:
         found = compare_jobs(args.job_a, args.job_b, rank=args.rank)

@@ -53,7 +53,7 @@ def unannotated(name: str) -> tuple[str, str] | None:
     return None
 
 
-# Each registered engine label's grammar (tests/harness/test_engine_registry.py holds that
+# Each registered engine label's grammar (tests/engines/test_engine_registry.py holds that
 # every label has one).
 GRAMMARS: dict[str, Callable[[str], tuple[str, str] | None]] = {
     "yafsdp": yafsdp,

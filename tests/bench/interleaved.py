@@ -19,7 +19,7 @@ from harness.engines.registry import ENGINES
 from harness.rank.memory_peaks import cpu_peak_allocated
 from harness.rank.session import Session, wrap_model
 from tests.bench.engine_revision import wrap_at
-from tests.harness.training import shared_test_engines
+from tests.rank.training import shared_test_engines
 
 # label -> (engine label, model_impl)
 Runs = dict[str, tuple[str, str]]

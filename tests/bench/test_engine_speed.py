@@ -42,7 +42,7 @@ from harness.rank.metrics import measure_matmul_peak_flops
 # an import a benchmark needs.
 from tests.bench.interleaved import interleaved_runs, interleaved_step_times
 from tests.distributed import run_on_ranks
-from tests.harness.training import shared_test_engines
+from tests.rank.training import shared_test_engines
 
 SEQ_LENS = (256, 1024)
 REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))

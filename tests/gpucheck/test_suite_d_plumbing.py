@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.gpucheck import suite_d
-from harness.plan import give_way_probe
-from harness.plan.calibration import SCHEMA
+from harness.plan.calibrate import give_way_probe
+from harness.plan.calibrate.calibration import SCHEMA
 
 
 def _fake_probe(section: dict):

@@ -33,7 +33,7 @@ def test_direct_and_indirect_starters_are_found() -> None:
 def test_the_suites_multi_process_tests_are_marked(pytestconfig) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow",
-         "tests/engine/test_engine_parity.py", "tests/plan/test_plan_cpu_accuracy.py",
+         "tests/yafsdp_impl/test_engine_parity.py", "tests/plan/test_plan_cpu_accuracy.py",
          "tests/report/test_report.py"],
         capture_output=True, text=True, cwd=pytestconfig.rootpath, timeout=300,
     )  # fmt: skip

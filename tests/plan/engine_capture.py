@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_leaves
 
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
-from harness.plan.kernels import _memory_bytes
+from harness.plan.time.kernels import _memory_bytes
 from harness.rank.session import Session
 
 # c10d op name -> the collective it is; list forms count every output chunk.
@@ -40,7 +40,7 @@ class Kernel:
     name: str  # the ATen op
     shapes: list[tuple[tuple[int, ...], str]]  # its tensor arguments: shape, dtype
     out_shapes: list[tuple[int, ...]]
-    nbytes: int  # read and written, counted as the planner counts (harness.plan.kernels)
+    nbytes: int  # read and written, counted as the planner counts (harness.plan.time.kernels)
 
 
 @dataclass

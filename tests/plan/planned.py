@@ -7,10 +7,10 @@ from typing import Any
 
 from harness.config import JobConfig
 from harness.plan.cli import job_configs
-from harness.plan.mechanisms import applicable
 from harness.plan.planner import network, time_case
-from harness.plan.simulate import Op
-from harness.plan.timing import build_program
+from harness.plan.time.mechanisms import applicable
+from harness.plan.time.simulate import Op
+from harness.plan.time.timing import build_program
 
 
 def priced_config(cfg: JobConfig, hardware: str = "a100_80gb") -> JobConfig:

@@ -95,7 +95,7 @@ def test_one_rank_is_refused_it_has_no_bus(tmp_path: Path, capsys) -> None:
 def test_a_calibration_without_a_bandwidth_is_refused_on_reading(
     tmp_path: Path, change: dict, fragment: str
 ) -> None:
-    from harness.plan.calibration import calibration_from
+    from harness.plan.calibrate.calibration import calibration_from
 
     row = {"bytes": 8192, "seconds": 1e-4, "bus_gbps": 0.04}
     data = {"schema": SCHEMA, "world_size": 2, "gpus_per_node": 2, "nodes": 1,

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.calibration import calibration_from
-from harness.plan.give_way import GiveWayConstants
-from harness.plan.give_way_delays import (
+from harness.plan.calibrate.calibration import calibration_from
+from harness.plan.calibrate.give_way_delays import (
     Session,
     Span,
     calibration_document,
@@ -22,6 +21,7 @@ from harness.plan.give_way_delays import (
     write_calibration,
 )
 from harness.plan.probe.cli import main as probe_main
+from harness.plan.time.give_way import GiveWayConstants
 
 COMPUTE, SIDE = 7, 13
 
@@ -103,7 +103,7 @@ def test_spin_kernels_on_two_streams_are_refused() -> None:
 
 
 def test_a_session_reports_its_launches_per_trial() -> None:
-    from harness.plan.give_way_delays import summary
+    from harness.plan.calibrate.give_way_delays import summary
 
     (row,) = summary([Session("chain", 0, (1, 2, 3), 1, (), (4, 4, 2))])
     assert row["launches_per_trial"] == [2, 4] and row["gemm_mnk"] == [1, 2, 3]
@@ -202,7 +202,7 @@ def test_bad_arguments_are_refused_before_the_gpu_is_asked(tmp_path: Path, capsy
 
 
 def test_the_probe_runs_the_models_own_backward_gemm_shapes() -> None:
-    from harness.plan.give_way_probe import gemm_shapes
+    from harness.plan.calibrate.give_way_probe import gemm_shapes
 
     shapes = gemm_shapes("llama2_34b", 2048, 1)
     # dgrad and wgrad of every linear: 8 distinct shapes, the MLP's 22016 among them
@@ -232,7 +232,7 @@ def test_the_collective_stand_in_says_why_it_cannot_run(monkeypatch) -> None:
     goes into the notes (suite D then fails its row for the constants left unmeasured)."""
     import builtins
 
-    from harness.plan.give_way_probe import triton_missing
+    from harness.plan.calibrate.give_way_probe import triton_missing
 
     real_import = builtins.__import__
 

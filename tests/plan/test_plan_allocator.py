@@ -1,11 +1,11 @@
-"""The caching allocator's per-stream pools (`harness.plan.allocator`): reserved memory and
+"""The caching allocator's per-stream pools (`harness.plan.memory.allocator`): reserved memory and
 retries on hand-built steps whose answers are worked out by hand, and in the planner's row."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.plan.allocator import estimate_allocator, run_pools, stream_demand
+from harness.plan.memory.allocator import estimate_allocator, run_pools, stream_demand
 
 # Two moments of a hand-built FSDP1 step, bytes by memory class (units of 1 byte):
 # forward holds activations and one gathered unit; backward's end holds the fp32 gradient
@@ -76,7 +76,7 @@ def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) 
     from dataclasses import replace
 
     from harness.plan.cli import job_configs
-    from harness.plan.memory import moments_by_class
+    from harness.plan.memory.model import moments_by_class
     from harness.plan.planner import add_speedups, memory_case, plan_row
 
     point = ["hardware=a100_80gb", "model=llama_small", "gpus=8", "seq_len=512"]
@@ -104,7 +104,7 @@ def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) 
 
 
 def test_moments_map_onto_fsdp1_program_labels() -> None:
-    from harness.plan.retry_syncs import program_label
+    from harness.plan.time.retry_syncs import program_label
 
     assert program_label("forward: block 3") == "forward.block 3"
     assert program_label("forward: loss") == "forward.output"
@@ -120,8 +120,8 @@ def test_a_retry_exposes_the_collective_in_flight() -> None:
     Unsynchronised, block 0 follows block 1 (ends at 2 s) and the step ends with the
     collective at 3 s. A retry as block 0 is issued blocks the host until the collective
     ends: block 0 runs 3-4 s, the step ends at 4 s: 1 s exposed."""
-    from harness.plan.retry_syncs import exposed_s, with_retry_syncs
-    from harness.plan.simulate import COMM, COMPUTE, Op
+    from harness.plan.time.retry_syncs import exposed_s, with_retry_syncs
+    from harness.plan.time.simulate import COMM, COMPUTE, Op
 
     program = [
         Op("1:reduce_scatter.block 2", COMM, 3.0, "comm"),

@@ -14,11 +14,11 @@ import pytest
 
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
-from harness.plan.memory import estimate_memory
+from harness.plan.memory.model import estimate_memory
 from harness.plan.planner import memory_case
 from tests.distributed import run_on_ranks
-from tests.harness.training import shared_test_engines
 from tests.plan.cpu_peaks import measure
+from tests.rank.training import shared_test_engines
 
 TOLERANCE = 0.10
 # The suite's largest single cost, so checkpointing is measured on llama_mini only: its

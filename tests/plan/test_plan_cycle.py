@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from harness.plan.cli import main
-from harness.plan.cycle import cycle, format_cycle, give_way_detail
-from harness.plan.simulate import COMM, COMPUTE, SIDE, HandOut, Op, simulate
+from harness.plan.time.cycle import cycle, format_cycle, give_way_detail
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, HandOut, Op, simulate
 
 MS = 1e-3
 

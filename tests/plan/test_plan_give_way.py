@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plan.give_way import GiveWayConstants, give_way_constants
-from harness.plan.handout import HandOut, expected_slowest_extra
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, simulate
-from harness.plan.streams import parse_version, stream_priorities
+from harness.plan.time.give_way import GiveWayConstants, give_way_constants
+from harness.plan.time.handout import HandOut, expected_slowest_extra
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op, simulate
+from harness.plan.time.streams import parse_version, stream_priorities
 
 MS = 1e-3
 GEMM = Op("gemm", COMPUTE, 3 * MS, "compute", kernels=((3 * MS, 10.0),))
@@ -129,7 +129,7 @@ def test_calibration_section_overrides_the_constants() -> None:
 def test_the_published_experiment_plans_at_torch_2_3_and_a_job_at_the_installed_one() -> None:
     from harness.plan.cli import job_configs
     from harness.plan.planner import time_case
-    from harness.plan.streams import installed_torch_version
+    from harness.plan.time.streams import installed_torch_version
 
     published = job_configs(["experiment=yafsdp_readme", "point=llama2_7b_g64_s2048_c0",
                              "engine=fsdp1"])  # fmt: skip

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.plan.activations import activation_footprint
 from harness.plan.cli import main
+from harness.plan.memory.activations import activation_footprint
 
 QWEN2 = {
     "architectures": ["Qwen2ForCausalLM"],

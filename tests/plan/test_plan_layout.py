@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from harness.models.llama import build_model
-from harness.plan.memory import MemoryCase, held_all_step
+from harness.plan.memory.model import MemoryCase, held_all_step
 from yafsdp_impl import byte_classes
 
 RELATIVE = 0.01

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from harness.models.shapes import get_shape
-from harness.plan.mechanisms import MECHANISMS, applicable
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op, simulate
+from harness.plan.time.mechanisms import MECHANISMS, applicable
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op, simulate
 from tests.plan.engine_capture import Kernel, fake_world, job, launched_by
 from tests.plan.planned import program
 

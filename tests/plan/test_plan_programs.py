@@ -3,7 +3,7 @@ engine itself issues.
 
 For a small model on one rank of a fake process group, the kind and bytes of every
 all-gather, reduce-scatter and all-reduce of a steady-state step, in order, equal those of
-the planner's program for the same job (`harness.plan.timing.build_program`).
+the planner's program for the same job (`harness.plan.time.timing.build_program`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import replace
 import pytest
 
 from harness.config import JobConfig
-from harness.plan.fsdp1_program import predivide_factor
-from harness.plan.programs import split_launches
-from harness.plan.simulate import SIDE, Op
+from harness.plan.time.programs.common import split_launches
+from harness.plan.time.programs.fsdp1 import predivide_factor
+from harness.plan.time.simulate import SIDE, Op
 from tests.plan.engine_capture import fake_world, job, launched_by
 from tests.plan.planned import collectives, program
 

@@ -1,10 +1,11 @@
-"""The planner against public measured FSDP runs (`harness.plan.public_runs`), fitted to none."""
+"""The planner against public measured FSDP runs (`harness.plan.calibrate.public_runs`),
+fitted to none."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.plan.public_runs import (
+from harness.plan.calibrate.public_runs import (
     LEFT_OUT,
     RUNS,
     SPEEDUP_LEFT_OUT,

@@ -102,7 +102,7 @@ def test_a_calibration_from_other_hardware_is_refused(capsys, tmp_path) -> None:
 
 
 def test_a_calibration_from_another_gpu_is_refused(tmp_path) -> None:
-    from harness.plan.calibration import calibration_from, hardware_mismatch
+    from harness.plan.calibrate.calibration import calibration_from, hardware_mismatch
 
     path = _gloo_calibration(tmp_path)
     data = json.loads(path.read_text()) | {"backend": "nccl", "device": "NVIDIA H100 80GB HBM3"}

@@ -8,7 +8,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from harness.models.build import build_job_model, decoder_parts
 from harness.plan.cli import job_configs
-from harness.plan.memory import yafsdp_layout
+from harness.plan.memory.model import yafsdp_layout
 from harness.plan.planner import memory_case, yafsdp_memory_budget
 from yafsdp_impl import YaFSDP
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.plan.memory import yafsdp_layout
-from harness.plan.yafsdp_program import _Recorder
+from harness.plan.memory.model import yafsdp_layout
+from harness.plan.time.programs.yafsdp import _Recorder
 from yafsdp_impl import Schedule, _clipping, _reduce_scatter, _schedule
 from yafsdp_impl import annotation_names as names
 

@@ -8,14 +8,14 @@ from pathlib import Path
 from harness.config import JobConfig
 from harness.engines.registry import ENGINES
 from harness.plan.explain import _PART_WORDS
-from harness.plan.mechanisms import MECHANISMS, applicable
 from harness.plan.planner import network, time_case
-from harness.plan.simulate import COMM, COMPUTE, SIDE, Op
-from harness.plan.timing import _label, build_program
+from harness.plan.time.mechanisms import MECHANISMS, applicable
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op
+from harness.plan.time.timing import _label, build_program
 from harness.report.measured import PLANNER_CAUSES, cause_rows
 from harness.report.render import build_report
-from harness.trace import causes
-from harness.trace.ranks import SKEW
+from harness.trace.diagnose import causes
+from harness.trace.diagnose.ranks import SKEW
 from tests.plan.planned import priced_config
 from tests.report.sweep_fixtures import write_job
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace

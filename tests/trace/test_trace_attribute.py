@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.trace import causes as C
 from harness.trace import summarize_trace
 from harness.trace.__main__ import main
-from harness.trace.attribute import StepAttribution, attribute_trace
+from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.attribute import StepAttribution, attribute_trace
 from tests.trace.kineto_program import (
     ALL_GATHER,
     CAST,

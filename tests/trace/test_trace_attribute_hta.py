@@ -22,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.trace import causes as C
 from harness.trace import load_trace
-from harness.trace.attribute import attribute_loaded
-from harness.trace.stream_idle import stream_idle
+from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.attribute import attribute_loaded
+from harness.trace.diagnose.stream_idle import stream_idle
 
 hta = pytest.importorskip("hta.trace_analysis")
 

@@ -19,8 +19,8 @@ def test_attribute_cli_and_modules_run_without_torch(tmp_path: Path) -> None:
     proc = run_without_torch(
         tmp_path,
         "-c",
-        "import sys, harness.trace.attribute, harness.trace.attribute_cli, "
-        "harness.trace.stream_idle, harness.trace.causes; "
+        "import sys, harness.trace.diagnose.attribute, harness.trace.diagnose.attribute_cli, "
+        "harness.trace.diagnose.stream_idle, harness.trace.diagnose.causes; "
         "assert not [m for m in sys.modules if m.split('.')[0] == 'torch' and sys.modules[m]]",
     )
     assert proc.returncode == 0, proc.stderr

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.trace import causes as C
-from harness.trace.attribute import attribute_job
+from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.attribute import attribute_job
+from harness.trace.diagnose.yardstick import collective_bytes, collective_kind, needed_us
 from harness.trace.overlap import merge
 from harness.trace.ranges import ENGINE, MODEL, OPTIMIZER, Role, range_role
-from harness.trace.sweep import covered, paint, segments
-from harness.trace.yardstick import collective_bytes, collective_kind, needed_us
+from harness.trace.sweep_line import covered, paint, segments
 from tests.trace.kineto_program import write_program
 from tests.trace.test_trace_attribute import N, _step
 

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from harness.trace import causes as C
 from harness.trace import summarize_trace
-from harness.trace.attribute import StepAttribution, attribute_trace
+from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.attribute import StepAttribution, attribute_trace
 from harness.trace.overlap import merge
 from tests.trace.kineto_program import (
     ALL_GATHER,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.trace.__main__ import main
-from harness.trace.critical_path import (
+from harness.trace.diagnose.critical_path import (
     RankGraph,
     critical_path,
     job_critical_paths,

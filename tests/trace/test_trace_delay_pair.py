@@ -23,11 +23,11 @@ import pytest
 
 from harness.jobdir.result import read_result
 from harness.rank.fault_delay import DELAY_RANGE
-from harness.trace import causes
-from harness.trace.attribute_host import attribute_host
+from harness.trace.diagnose import causes
+from harness.trace.diagnose.attribute_host import attribute_host
+from harness.trace.diagnose.ranks import SKEW
+from harness.trace.diagnose.why import why, why_lines
 from harness.trace.parse import load_trace
-from harness.trace.ranks import SKEW
-from harness.trace.why import why, why_lines
 from tests.processes import run_module
 
 DELAY_MS, DELAYED_RANK = 500, 1

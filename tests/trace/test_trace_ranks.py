@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from harness.trace import causes
-from harness.trace.attribute import StepAttribution
-from harness.trace.parse import load_trace
-from harness.trace.ranks import (
+from harness.trace.diagnose import causes
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.diagnose.ranks import (
     SKEW,
     exposed_skew,
     job_cross_rank,
@@ -15,6 +14,7 @@ from harness.trace.ranks import (
     split_collectives,
     with_skew,
 )
+from harness.trace.parse import load_trace
 from harness.trace.summary import analyse
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 

@@ -16,6 +16,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m harness.plan.probe <command> [options]; commands: {listed}",
               file=sys.stderr)  # fmt: skip
         return 2
-    from harness.plan.give_way_probe import main as give_way
+    from harness.plan.calibrate.give_way_probe import main as give_way
 
     return give_way(args[1:])

@@ -1,0 +1,54 @@
+"""The yafsdp engine's layout and buffers for a model, from `yafsdp_impl`'s own code on the
+meta device: what the memory and time models read its buffers from."""
+
+from __future__ import annotations
+
+import functools
+
+from harness.plan.memory.activations import DTYPE_BYTES
+
+
+@functools.lru_cache(maxsize=16)
+def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
+    """The model on meta; a preset's native and Hugging Face builds lay out alike (same
+    parameter shapes), an hf:<path> config only as its own Hugging Face model."""
+    from harness.models.build import build_job_model
+    from harness.models.shapes import is_hf_config
+
+    return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
+
+
+@functools.lru_cache(maxsize=64)
+def yafsdp_layout(
+    model: str,
+    world_size: int,
+    dtype: str,
+    reduce_dtype: str,
+    native_reduce_scatter: bool,
+    buffer_plan: str = "auto",
+    budget_bytes: int | None = None,
+):  # noqa: ANN201 (torch stays a lazy import)
+    """The yafsdp engine's layout, its plan choice and its buffers for `model`, from its own
+    layout and buffer-plan code run on the meta device (no memory is allocated): the plan
+    the engine would choose for `budget_bytes` (see `YaFSDP(buffer_plan=...)`)."""
+    import torch
+
+    from harness.models.build import decoder_parts
+    from harness.placement import DTYPES
+    from yafsdp_impl import Buffers, build_layout, plan_buffers
+
+    m = _meta_model(model)
+    parts = decoder_parts(m)
+    layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
+    p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
+    choice = plan_buffers(layout, buffer_plan, budget_bytes, param_bytes=p, reduce_bytes=r,
+                          native_reduce_scatter=native_reduce_scatter)  # fmt: skip
+    buffers = Buffers(
+        layout,
+        choice.plan,
+        device=torch.device("meta"),
+        param_dtype=DTYPES[dtype],
+        reduce_dtype=DTYPES[reduce_dtype],
+        native_reduce_scatter=native_reduce_scatter,
+    )
+    return layout, buffers, choice
