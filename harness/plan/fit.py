@@ -41,7 +41,7 @@ def host_memory_errors(cfg: JobConfig, memory_bytes: int | None) -> list[str]:
     """CPU ranks share this machine's RAM: refuse a job whose ranks' predicted peaks add up
     to more than it has, before any rank starts (it would otherwise build for minutes and
     then fail to allocate, or meet the OOM killer)."""
-    from harness.plan.memory import estimate_memory
+    from harness.plan.memory.model import estimate_memory
     from harness.plan.planner import memory_case
 
     if not memory_bytes:
