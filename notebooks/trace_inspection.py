@@ -146,4 +146,7 @@ units = pd.concat(
     [pd.DataFrame(p["units"]).assign(job=job) for job, p in profiles.items()],
     ignore_index=True,
 )
-display(units[units["comm_s"] > 0].sort_values("exposed_comm_s", ascending=False).head(15))
+if "comm_s" in units:
+    display(units[units["comm_s"] > 0].sort_values("exposed_comm_s", ascending=False).head(15))
+else:
+    print("no engine annotation names a unit in these traces")
