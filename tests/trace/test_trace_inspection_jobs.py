@@ -30,4 +30,3 @@ def test_three_runs_of_one_engine_are_three_rows(tmp_path, monkeypatch):
     for r in range(3):
         assert f"repeat{r}" in text
     assert text.count("yafsdp") == 3
-
