@@ -64,7 +64,10 @@ def published_tables(
         blocks.append(
             "**YaFSDP did not run in these sweeps**: every speedup below is `—` (missing)."
         )
-    blocks.append(NOISE_LEGEND)
+    blocks.append(
+        "Each cell: the mean speedup over paired repeats, its 95% interval and n; what the "
+        "flags mean is under [Definitions](#definitions)."
+    )
     for baseline in present:
         blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
@@ -82,6 +85,11 @@ def published_tables(
             if measured is not None:
                 blocks += measured_block(rows, baseline, measured, predicted_terms)
     return blocks
+
+
+def definitions() -> list[str]:
+    """The speedup tables' terms, at the end of the report."""
+    return ["## Definitions", NOISE_LEGEND]
 
 
 def aa_verdict(rows: list[Speedup]) -> str:

@@ -15,7 +15,7 @@ import pandas as pd
 from harness.engines.registry import YAFSDP
 from harness.jobdir.grid_point import GridPoint
 from harness.report.compare import LossParity, by_point, metric, repeat_of
-from harness.report.interference import uneven_interference
+from harness.report.interference import cpu_share_range, uneven_interference
 from harness.report.significance import Estimate, paired_speedup
 
 # The p10-p90 range of fewer timed steps says nothing of the noise: one step has a range of
@@ -43,6 +43,8 @@ class Speedup:
     t_baseline: float | None = None
     interference: str | None = None  # why the point's runs ran under uneven interference
     timed_steps: int | None = None  # the fewest timed steps of any paired run; None: unknown
+    # the least and most of the machine's CPUs other processes took in any paired run
+    other_cpu_share: tuple[float, float] | None = None
 
     @property
     def too_few_steps(self) -> bool:
@@ -131,6 +133,7 @@ def point_speedup(
         timed_steps=min(
             (s for y, f in pairs if (s := _timed_steps(y, f)) is not None), default=None
         ),
+        other_cpu_share=cpu_share_range([row for pair in pairs for row in pair]),
     )
 
 
