@@ -68,6 +68,7 @@ def published_tables(
         "Each cell: the mean speedup over paired repeats, its 95% interval and n; what the "
         "flags mean is under [Definitions](#definitions)."
     )
+    late_named: set[str] = set()  # jobs whose late ranks a why block above named
     for baseline in present:
         blocks.append(f"### YaFSDP vs {baseline_title(baseline)}")
         for setting, rows in r.speedup_tables(baseline):
@@ -83,7 +84,7 @@ def published_tables(
                 blocks.append(f"![YaFSDP speedup over {baseline}]({link})")
             blocks += why_block(rows, baseline)
             if measured is not None:
-                blocks += measured_block(rows, baseline, measured, predicted_terms)
+                blocks += measured_block(rows, baseline, measured, predicted_terms, late_named)
     return blocks
 
 

@@ -45,6 +45,10 @@ class Speedup:
     timed_steps: int | None = None  # the fewest timed steps of any paired run; None: unknown
     # the least and most of the machine's CPUs other processes took in any paired run
     other_cpu_share: tuple[float, float] | None = None
+    # the paired repeat whose speedup is the median of the pairs' (the lower middle one of
+    # an even count): the runs the measured why explains, and how many pairs there were
+    median_pair: tuple[pd.Series, pd.Series] | None = None
+    pairs: int = 0
 
     @property
     def too_few_steps(self) -> bool:
@@ -134,7 +138,17 @@ def point_speedup(
             (s for y, f in pairs if (s := _timed_steps(y, f)) is not None), default=None
         ),
         other_cpu_share=cpu_share_range([row for pair in pairs for row in pair]),
+        median_pair=_median_pair(pairs),
+        pairs=len(pairs),
     )
+
+
+def _median_pair(pairs: list[tuple[pd.Series, pd.Series]]) -> tuple[pd.Series, pd.Series] | None:
+    """The pair whose speedup is the median over the pairs (the lower of the middle two)."""
+    if not pairs:
+        return None
+    ranked = sorted(pairs, key=lambda p: (_time(p[1]) - _time(p[0])) / _time(p[1]))
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:

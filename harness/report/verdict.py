@@ -62,7 +62,9 @@ def timing_words(row: Speedup) -> str:
         return f"yafsdp {abs(e.speedup_pct):.0f}% {way} {interval}, significant"
     busy = row.other_cpu_share is not None and row.other_cpu_share[1] > BUSY_SHARE
     more = max(SUGGESTED_REPEATS, e.n + 2)
-    fix = f"rerun on a quiet machine or with repeats={more}" if busy else f"rerun with repeats={more}"
+    fix = (
+        f"rerun on a quiet machine or with repeats={more}" if busy else f"rerun with repeats={more}"
+    )
     return (
         f"no detectable difference ({_pct(e.speedup_pct)}% [{_pct(e.low_pct)}, "
         f"{_pct(e.high_pct)}], {e.n} repeats{_share(row)}) → {fix}"

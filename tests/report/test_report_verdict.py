@@ -30,11 +30,15 @@ def test_the_first_screen_is_the_verdict(tmp_path: Path) -> None:
     lines = [ln for ln in head.splitlines() if ln.startswith("> - yafsdp vs fsdp1 at ")]
     assert len(lines) == 2
     fast, flat = lines
-    assert "llama_tiny, 2 GPUs, seq 128, ckpt 0: yafsdp 10% faster [5, 15], 3 repeats, " \
+    assert (
+        "llama_tiny, 2 GPUs, seq 128, ckpt 0: yafsdp 10% faster [5, 15], 3 repeats, "
         "significant" in fast
+    )
     assert "peak yafsdp 100.0 MiB, fsdp1 100.0 MiB" in fast
     assert "seq 256, ckpt 0: no detectable difference (+3% [" in flat
-    assert "other processes took 0%-41% of the CPUs) → rerun on a quiet machine or with " \
+    assert (
+        "other processes took 0%-41% of the CPUs) → rerun on a quiet machine or with "
         "repeats=5" in flat
+    )
     assert "Speedup = (T_fsdp - T_yafsdp) / T_fsdp" not in head  # definitions at the end
     assert text.rstrip().split("\n## ")[-1].startswith("Definitions")
