@@ -21,7 +21,6 @@ from harness.report.jobs import ReportJobs
 from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
 from harness.report.measured import Measured
 from harness.report.pictures import Pictures, timelines
-from harness.report.verdict import verdict_box
 from harness.report.speedup_sections import definitions, published_tables
 from harness.report.tables import (
     FLAG,
@@ -35,6 +34,7 @@ from harness.report.tables import (
     throughput_table,
     timing_table,
 )
+from harness.report.verdict import verdict_box
 
 
 def header(r: ReportJobs) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report import build_report
 from sweep_fixtures import write_job
+
+from harness.report import build_report
 
 
 def _sweep(tmp_path: Path) -> Path:
