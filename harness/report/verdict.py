@@ -94,7 +94,7 @@ def planner_words(row: Speedup) -> str:
     times = [metric(job, "predicted") for job in (row.yafsdp, row.baseline)]
     if not all(isinstance(t, dict) and t.get("iteration_time_s") for t in times):
         return ""
-    t_y, t_b = (float(t["iteration_time_s"]) for t in times)  # type: ignore[index]
+    t_y, t_b = (float(t["iteration_time_s"]) for t in times)
     predicted = (t_b - t_y) / t_b * 100.0
     e = row.estimate
     if e is None or e.low_pct is None or e.high_pct is None:
