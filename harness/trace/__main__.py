@@ -3,6 +3,7 @@ python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank 
 python -m harness.trace attribute <trace file | job dir> [--json]
 python -m harness.trace why <job A> <job B> [--rank R] [--json]
 python -m harness.trace path <job dir> [--json]
+python -m harness.trace merge <job dir> [-o merged.json.gz]
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def merge(args: argparse.Namespace) -> int:
+    from harness.trace.merge import merge_job
+
+    path, ranks, events = merge_job(args.job_dir, args.output)
+    print(f"wrote {Path(path).resolve()} ({ranks} ranks, {events} events, each rank its own "
+          "process): open it at https://ui.perfetto.dev")  # fmt: skip
+    return 0
+
+
 def why(args: argparse.Namespace) -> int:
     from harness.trace.diagnose.why import WhyError, why_lines
     from harness.trace.diagnose.why import why as compare_jobs
@@ -91,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rank", type=int, default=0)
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)
+    m = sub.add_parser("merge", help="every rank's trace in one Perfetto-ready file")
+    m.add_argument("job_dir")
+    m.add_argument("-o", "--output", help="default <job dir>/traces/merged.json.gz")
+    m.set_defaults(func=merge)
     attribute_cli.add_parser(sub)
     path_cli.add_parser(sub)
     w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
