@@ -19,6 +19,8 @@ from harness.trace.parse import TraceError
 from harness.trace.summary import find_traces
 
 MERGED_FILE = "merged.json.gz"
+# metadata each rank's trace names its own processes and threads with; rewritten here
+_OWN_METADATA = ("process_name", "process_labels", "process_sort_index", "thread_name")
 # Flow ids (the arrows from a launch to its kernel) are unique within a rank's trace only.
 FLOW_ID_STRIDE = 1 << 40
 
@@ -55,8 +57,7 @@ def rank_events(rank: int, trace: dict[str, Any]) -> list[dict[str, Any]]:
     lanes: dict[tuple[Any, Any], int] = {}
     out: list[dict[str, Any]] = []
     for e in events:
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "process_labels",
-                                                     "process_sort_index", "thread_name"):  # fmt: skip
+        if e.get("ph") == "M" and e.get("name") in _OWN_METADATA:
             continue
         lane = (e.get("pid"), e.get("tid"))
         moved = {**e, "pid": rank, "tid": lanes.setdefault(lane, len(lanes) + 1)}
@@ -64,12 +65,13 @@ def rank_events(rank: int, trace: dict[str, Any]) -> list[dict[str, Any]]:
             moved["id"] = e["id"] + rank * FLOW_ID_STRIDE
         out.append(moved)
     meta = [
-        {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+        {"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
+         "args": {"name": f"rank {rank}"}},
         {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
          "args": {"sort_index": rank}},
     ]  # fmt: skip
     for (pid, tid), new in lanes.items():
-        name = threads.get((pid, tid)) or f"{processes.get(pid) or pid} {tid}"
+        name = (threads.get((pid, tid)) or "").strip() or f"{processes.get(pid) or pid} {tid}"
         meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": new,
                      "args": {"name": name}})  # fmt: skip
     return meta + out
