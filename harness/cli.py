@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,9 @@ def _after_interrupt(signal_name: str) -> None:
         return
     sweep.finish(interrupted=signal_name)
     _tell(f"[harness] interrupted ({signal_name}); resume with the same command: {command}")
+    if sweep.rerun_since is not None:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sweep.rerun_since))
+        _tell(f"[harness] its rerun=true resumes this rerun: results measured since {since} stand")
 
 
 def _tell(line: str) -> None:

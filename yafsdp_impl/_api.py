@@ -195,8 +195,8 @@ class YaFSDP:
 
     def load_full_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load weights keyed by original names; each rank keeps its shard."""
+        self.schedule.invalidate()  # before the master is written: nothing may read it
         _state_dict.load_full_state_dict(self.layout, self.buffers, self.group, sd)
-        self.schedule.invalidate()
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's master shards, exactly as held."""
@@ -204,8 +204,8 @@ class YaFSDP:
 
     def load_local_state_dict(self, sd: dict[str, Any]) -> None:
         """Load this rank's shards from `local_state_dict()` of the same rank and world."""
+        self.schedule.invalidate()  # before the master is written: nothing may read it
         _state_dict.load_local_state_dict(self.layout, self.buffers, self.group, sd)
-        self.schedule.invalidate()
 
     def full_optim_state_dict(
         self, optimizer: torch.optim.Optimizer

@@ -29,16 +29,26 @@ if TYPE_CHECKING:
 def add_squared_norm(acc: torch.Tensor, grad: torch.Tensor) -> None:
     """acc (fp64) += the squared L2 norm of `grad`, without a gradient-sized temporary on GPU.
 
-    On CUDA the fp32 norm is reduced by many partial sums and a tree into one scalar; an
-    fp64 norm would first copy the slice to fp64. torch's CPU fp32 norm sums far less
-    exactly (1e-4 off at 3M normal samples, 3e-3 at 30M, against an fp64 sum), so on CPU
-    the norm is taken in fp64, copy and all.
+    torch's CPU fp32 norm sums far less exactly than its CUDA one (1e-4 off at 3M normal
+    samples, 3e-3 at 30M, against an fp64 sum), so on CPU the norm is taken in fp64, copy
+    and all; on CUDA in fp32 (`add_squared_norm_fp32`).
     """
     if grad.is_cuda:
-        norm = torch.linalg.vector_norm(grad)
-        acc.addcmul_(norm, norm)
+        add_squared_norm_fp32(acc, grad)
     else:
         acc.add_(torch.linalg.vector_norm(grad, dtype=torch.float64).square())
+
+
+def add_squared_norm_fp32(acc: torch.Tensor, grad: torch.Tensor) -> None:
+    """acc (fp64) += the squared L2 norm of `grad`, the norm taken in fp32: the GPU path.
+
+    On CUDA the fp32 norm is reduced by many partial sums and a tree into one scalar (a
+    bf16 or fp16 `grad` is read as it is and summed in fp32); an fp64 norm would first copy
+    the slice to fp64. The square is taken in fp64 (addcmul promotes to `acc`'s dtype), so
+    squaring loses nothing. Device-agnostic: the CPU tests hold it to an fp64 reference.
+    """
+    norm = torch.linalg.vector_norm(grad, dtype=torch.float32)
+    acc.addcmul_(norm, norm)
 
 
 class Clipping:

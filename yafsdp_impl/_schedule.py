@@ -96,7 +96,10 @@ class Schedule(ReduceScatters, Clipping):
         self._range: Any = None  # the open record_function of the current unit
 
     def invalidate(self) -> None:
-        """The master weights changed outside a step: the next forward gathers afresh."""
+        """The master weights are about to change outside a step: wait for the collectives
+        in flight (the gathers `prefetch_next_step` started read the master or its param-
+        dtype copy, which the next step's copy overwrites), and gather afresh next forward."""
+        self.wait_in_flight()
         self.phase = Phase.IDLE
 
     # ---- forward ----------------------------------------------------------------------

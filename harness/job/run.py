@@ -18,6 +18,7 @@ from pathlib import Path
 from harness.config import JobConfig
 from harness.job.failure import disk_full, full_disk_error, remove_temporaries
 from harness.job.oom_kills import oom_kill_count, oom_kills_since
+from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
@@ -114,7 +115,7 @@ def _run_job(
     if stray is not None:
         say(stray)
     reason = rerun_reason(job_dir, config)
-    if reason is None and cfg.rerun:
+    if reason is None and cfg.rerun and not measured_in_this_rerun(job_dir):
         reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
     if reason is None:
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)

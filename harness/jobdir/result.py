@@ -63,7 +63,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
+        os.fchmod(fd, shared_file_mode())  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f, indent=2, sort_keys=False, default=str)
             f.flush()
@@ -72,6 +72,11 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def shared_file_mode() -> int:
+    """The mode a plain `open` would give a new file: 0666 less the process's umask."""
+    return 0o666 & ~_umask()
 
 
 def _umask() -> int:

@@ -29,6 +29,7 @@ class ReportJobs:
     all_jobs: pd.DataFrame
     sweeps: list[Path]
     problems: list[str] = field(default_factory=list)  # result files left out, and why
+    running: list[str] = field(default_factory=list)  # a line per sweep running now
 
     @cached_property
     def _selected(self) -> tuple[pd.DataFrame, list[str]]:

@@ -27,6 +27,7 @@ from harness.report.pictures import (
 from harness.report.sections import render_markdown
 from harness.results.table import collect_results, to_csv
 from harness.results.timelines import TIMELINE_DIR, sweep_timelines
+from harness.sweep.running import describe_running
 
 REPORT_FILE = "report.md"
 
@@ -59,7 +60,7 @@ def build_report(sweep_dirs: list[Path], out_dir: Path) -> Path:
         for png in (out_dir / stale).glob("*.png"):
             png.unlink()
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
-    report = ReportJobs(df, sweep_dirs, problems)
+    report = ReportJobs(df, sweep_dirs, problems, running=describe_running(sweep_dirs))
     pictures = Pictures(
         speedup=_draw_speedups(report, out_dir),
         memory=_draw_memory(report, out_dir),

@@ -100,9 +100,9 @@ def point_time_cell(t: float | None, row: pd.Series | None) -> str:
     return fmt_time(t) if t is not None else time_cell(row)
 
 
-def speedup_table(rows: list[Speedup]) -> Table:
+def speedup_table(rows: list[Speedup], twin: str | None = None) -> Table:
     """The YaFSDP README's table for one baseline and setting (the speedup cell carries
-    its interval)."""
+    its interval); an A/A check's `twin` label heads the other time column."""
     cells = [
         [
             *point_cells(r.key),
@@ -112,7 +112,9 @@ def speedup_table(rows: list[Speedup]) -> Table:
         ]
         for r in rows
     ]
-    return PUBLISHED_HEADER, cells
+    if twin is None:
+        return PUBLISHED_HEADER, cells
+    return [*PUBLISHED_HEADER[:-1], f"{twin} iteration time (s)"], cells
 
 
 def per_engine_table(

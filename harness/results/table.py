@@ -39,6 +39,7 @@ from harness.jobdir.result import (
     read_result,
     typed_fields,
 )
+from harness.sweep.running import describe_running
 from harness.trace.cache import job_profiles
 from harness.trace.summary import find_traces
 
@@ -296,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         out, df = _write_csv(sweep)
         counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
         print(f"wrote {out}: {len(df)} jobs ({counts or 'none found'})")
+        for line in describe_running([sweep]):
+            print(f"note: {line}")
         for problem in df.attrs["problems"]:
             print(f"skipped {problem}")
     return 0

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from harness.config import JobConfig
 from harness.job.launch import interrupts_deferred
+from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.run import Interrupted
 from harness.jobdir.paths import RESULT_FILE, JobDir
@@ -299,7 +300,7 @@ def _submit(
         if job.submitit_job is not None:
             return
     reason = rerun_reason(job.job_dir, job.config)
-    if reason is None and not job.config.get("rerun"):
+    if reason is None and (not job.config.get("rerun") or measured_in_this_rerun(job.job_dir)):
         job.result = read_result(job.job_dir / RESULT_FILE)
         log.info(f"\t{desc}: skipped, {job.job_dir / RESULT_FILE} says ok")
         return

@@ -11,6 +11,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from harness.job.rerun_since import begin_rerun, end_rerun
 from harness.jobdir.result import Result
 from harness.sweep.console import Console
 from harness.sweep.dirlock import (
@@ -22,6 +23,7 @@ from harness.sweep.dirlock import (
 )
 from harness.sweep.empty_dirs import first_existing
 from harness.sweep.order import alternate, checked_repeats
+from harness.sweep.running import nested_in_use
 
 # Exit statuses of `python -m harness`, a single run's and a sweep's alike.
 EXIT_FAILED, EXIT_INVALID, EXIT_LOCKED, EXIT_INTERRUPTED = 1, 2, 3, 130
@@ -43,6 +45,7 @@ class ActiveSweep:
     not_ok: int = 0  # set by finish: jobs whose status is not ok
     finished: bool = False  # finish has run (once is enough)
     kept_ancestor: Path | None = None  # the sweep directory's nearest ancestor at the start
+    rerun_since: float | None = None  # rerun=true: when this rerun began (harness.job.rerun_since)
 
     def finish(self, *, interrupted: str | None = None) -> Path | None:
         """Write results.csv and the timelines (not for a dry run), print the summary and
@@ -188,12 +191,18 @@ class AggregateResults(Callback):
             except (DirectoryLocked, LockUnavailable) as e:  # a SystemExit passes Hydra's
                 print(f"[harness] refused: {e}", file=sys.stderr)  # catch of callback errors
                 sys.exit(EXIT_LOCKED)
+            nested = nested_in_use(sweep_dir)
+            if nested is not None:
+                lock.release()
+                print(f"[harness] refused: {nested}", file=sys.stderr)
+                sys.exit(EXIT_LOCKED)
             if lock.taken_over:
                 print(
                     f"[harness] warning: taking over {sweep_dir} from "
                     f"{describe_holder(lock.taken_over)}, which ended without releasing it",
                     file=sys.stderr,
                 )
+        rerun_since = begin_rerun(sweep_dir) if lock is not None and config.get("rerun") else None
         verbose = bool(config.get("verbose", False))
         if not verbose:  # Hydra's "Launching N jobs" and "#i : overrides" lines
             logging.getLogger("hydra").setLevel(logging.WARNING)
@@ -201,10 +210,13 @@ class AggregateResults(Callback):
         console = Console(total=total, quiet=bool(config.get("quiet", False)), verbose=verbose)
         _active = ActiveSweep(sweep_dir, dry_run, existed, lock, console, swept, kept_ancestor=kept)
         _active.allow_failures = bool(config.get("allow_failures", False))
+        _active.rerun_since = rerun_since
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _active, _exit_code
         if _active is not None:
+            if _active.rerun_since is not None:  # every job ran: this rerun is complete
+                end_rerun(_active.sweep_dir)
             _active.finish()
             _exit_code = _active.exit_code
         _active = None

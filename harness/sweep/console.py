@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -72,6 +73,15 @@ def first_line(text: str | None, limit: int = 160) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     line = lines[0] if lines else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+WHOLE = 10_000  # a first line not cut short
+
+
+def _later_lines(text: str | None) -> list[str]:
+    """The lines of `text` after its first non-empty one, stripped, empty ones dropped."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[1:]
 
 
 def short_path(path: Path) -> str:
@@ -261,21 +271,24 @@ class Console:
         failed = not result.ok and not dry_run  # quiet still says a job failed, and why
         if not self.quiet or failed:
             self._write(line if dry_run else f"{line}  ({self._timing()})")
+            if self.total is None:  # a single job has no summary: the rest of its error
+                for rest in _later_lines(result.error):  # follows the row, indented
+                    self._write(f"  {rest}")
         self._job_dir = None
 
     def _verdict(self, result: Result, job_dir: Path, *, ran: bool) -> str:
         status = result.status
         if result.config.get("dry_run"):
-            verdict = "ok" if result.ok else f"invalid: {result.error}"
+            verdict = "ok" if result.ok else f"invalid: {first_line(result.error, WHOLE)}"
             return f"dry run -> {job_dir} [{verdict}]"
         if result.ok:
             t = result.metrics.iteration_time_s
             text = f"ok  {t:.3g} s/step" if t is not None else "ok"
             text += "" if ran else "  earlier result kept"
             return text + measures(result, job_dir)
-        error = result.error or ""
-        # A sweep's line holds one line of it; a single job, with no summary, says it all.
-        text = f"{status}: {first_line(error) if self.total is not None else error}"
+        # A row is one line (an error's first); a single job, with no summary, prints the
+        # rest after it, so its first line is not cut.
+        text = f"{status}: {first_line(result.error, 160 if self.total is not None else WHOLE)}"
         log = failed_rank_log(job_dir, result.error)
         return text + (f"  (log: {short_path(log)})" if log else "")
 
@@ -331,7 +344,8 @@ class Console:
             lines.append(f"results:   {short_path(results_csv)}")
             if timelines:
                 lines.append(f"timelines: {timelines} in {short_path(sweep_dir / 'timelines')}")
-            lines.append(f"report:    python -m harness.report {short_path(sweep_dir)}")
+            report = shlex.join(["python", "-m", "harness.report", short_path(sweep_dir)])
+            lines.append(f"report:    {report}")
         if verdict:
             lines.append(verdict)
         for line in lines:

@@ -54,6 +54,19 @@ def _holder(fd: int) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+def lock_record(directory: Path) -> dict[str, Any] | None:
+    """The record in `directory`'s lock file, read without locking; None where there is
+    none or it was released."""
+    try:
+        fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+
+
 def describe_holder(record: dict[str, Any] | None) -> str:
     if not record:
         return "another process (no record)"

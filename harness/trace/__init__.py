@@ -1,7 +1,15 @@
-"""Profiler trace analysis (no torch): parse -> classify -> overlap -> summary / timeline.
+"""Profiler trace analysis (no torch), in two rooms.
 
-Entry points: `summarize_trace(path)`, `summarize_job(job_dir)` (the result.json `profile`
-field), `plot_timeline(job_dirs, out)`, and the CLI `python -m harness.trace`.
+The library (this package): parse -> classify -> overlap -> summary, the per-job cache of
+summaries (`cache`), and the timeline pictures (`timeline`). Entry points:
+`summarize_trace(path)`, `summarize_job(job_dir)` (the result.json `profile` field),
+`plot_timeline(job_dirs, out)`.
+
+The diagnosis (`harness.trace.diagnose`): each step's time split into causes, the cross-rank
+skew, the critical path, and `why` one job's step differs from another's. It reads what the
+library parsed; the library never imports it.
+
+One command line for both: `python -m harness.trace <summarize|timeline|attribute|why|path>`.
 """
 
 from harness.trace.parse import Trace, TraceError, load_trace

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from harness.jobdir.paths import JobDir
 from harness.trace.diagnose import attribute_cli, path_cli
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
@@ -58,9 +59,23 @@ def summarize(args: argparse.Namespace) -> int:
 
 
 def timeline(args: argparse.Namespace) -> int:
+    """Jobs of one grid point only (as `why`), drawn to -o, else to a writable place it names."""
+    from harness.trace.diagnose.why import WhyError, check_same_point
+
     dirs = [Path(d) for d in args.job_dirs]
-    out = Path(args.output) if args.output else JobDir(dirs[0]).traces / "timeline.png"
-    written = plot_timeline(dirs, out, rank=args.rank, step=args.step)
+    for other in dirs[1:]:
+        try:
+            check_same_point(dirs[0], other)
+        except WhyError as e:
+            raise TraceError(str(e)) from e
+    out = Path(args.output) if args.output else default_picture(dirs)
+    try:
+        written = plot_timeline(dirs, out, rank=args.rank, step=args.step)
+    except OSError as e:
+        raise TraceError(
+            f"cannot write the timeline to {out} ({e.strerror}); choose a writable file "
+            "with -o <file>.png"
+        ) from e
     step = "the first profiled step" if args.step is None else f"step {args.step}"
     print(f"wrote {Path(written).resolve()} (rank {args.rank}, {step}, {len(dirs)} job(s))")
     return 0
@@ -73,6 +88,28 @@ def merge(args: argparse.Namespace) -> int:
     print(f"wrote {Path(path).resolve()} ({ranks} ranks, {events} events, each rank its own "
           "process): open it at https://ui.perfetto.dev")  # fmt: skip
     return 0
+
+
+def default_picture(job_dirs: list[Path]) -> Path:
+    """One job's picture beside its result (`<job>/timeline.png`), never among the profiler's
+    traces; several jobs', or a job that cannot be written, in the current directory, else
+    in the temporary one."""
+    if len(job_dirs) == 1 and _writable(job_dirs[0]):
+        return job_dirs[0] / "timeline.png"
+    names = "_vs_".join(re.sub(r"[^A-Za-z0-9._=-]+", "_", d.resolve().name) for d in job_dirs)
+    name = f"timeline_{names[:150]}.png"
+    here = Path.cwd()
+    return (here if _writable(here) else Path(tempfile.gettempdir())) / name
+
+
+def _writable(directory: Path) -> bool:
+    """Whether a file can be made in `directory` (tried: root passes every access check,
+    and a read-only mount fails only on the write)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
 
 
 def why(args: argparse.Namespace) -> int:
@@ -97,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=summarize)
     t = sub.add_parser("timeline", help="PNG of one step, engines side by side")
     t.add_argument("job_dirs", nargs="+")
-    t.add_argument("-o", "--output", help="PNG path (default <first job>/traces/timeline.png)")
+    t.add_argument(
+        "-o",
+        "--output",
+        help="PNG path (default: <job>/timeline.png for one writable job, else "
+        "./timeline_<jobs>.png); jobs must be at one grid point, as for `why`",
+    )
     t.add_argument("--rank", type=int, default=0)
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)

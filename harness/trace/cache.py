@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from harness.jobdir.result import shared_file_mode
 from harness.trace.parse import TraceError
 from harness.trace.summary import find_traces, summarize_job, summarize_trace
 
@@ -54,6 +55,7 @@ def _write_cache(trace: Path, key: dict[str, int], value: dict[str, Any]) -> Non
         target = cache_path(trace)
         target.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{trace.name}.", suffix=".tmp")
+        os.fchmod(fd, shared_file_mode())  # mkstemp makes 0600; a sweep is shared
         with os.fdopen(fd, "w") as f:
             json.dump({"key": key, "value": value}, f)
         os.replace(tmp, target)

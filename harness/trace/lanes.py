@@ -62,3 +62,23 @@ def on_thread(events: pd.DataFrame, thread: tuple[str, str] | None) -> np.ndarra
     return where(events["pid"], lambda s: s == thread[0]) & where(
         events["tid"], lambda s: s == thread[1]
     )
+
+
+def no_steps_reason(path: object, events: pd.DataFrame) -> str:
+    """One line for a trace with no step mark on a CPU thread: what was found instead
+    (ProfilerStep#N under a GPU lane's category or on a GPU lane's process), or that there
+    is none at all, in which case the profiler was not stepped."""
+    named = events[where(events["name"], lambda s: s.str.match(STEP_PATTERN))]
+    if named.empty:
+        return (
+            f"{path}: no ProfilerStep#N on a CPU thread to split the trace by; profile with "
+            "a torch.profiler schedule and call prof.step() every step"
+        )
+    found = named.groupby(["cat", "pid"], observed=True).size().sort_values(ascending=False)
+    places = ", ".join(f"{n} in category '{cat}' on pid {pid}" for (cat, pid), n in found.items())
+    return (
+        f"{path}: {len(named)} ProfilerStep#N events, but none on a CPU thread ({places}: "
+        f"a GPU lane's category or process, {', '.join(GPU_LANE_CATEGORIES)}), so the trace "
+        "cannot be split into steps; steps are read from the CPU's ProfilerStep#N spans "
+        "(category user_annotation), which this trace's writer did not keep"
+    )

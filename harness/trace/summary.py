@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.jobdir.paths import JobDir
 from harness.trace.classify import TraceKind, classify, detect_kind
+from harness.trace.lanes import no_steps_reason
 from harness.trace.overlap import (
     STEP_COLUMNS,
     UNIT_COLUMNS,
@@ -74,10 +75,7 @@ def analyse(trace: Trace) -> Analysis:
     busy = busy_intervals(events, labels)
     windows = step_windows(events, kind)
     if windows.empty:
-        raise TraceError(
-            f"{trace.path}: no ProfilerStep#N on a CPU thread to split the trace by; "
-            "profile with a torch.profiler schedule and call prof.step() every step"
-        )
+        raise TraceError(no_steps_reason(trace.path, trace.events))
     return Analysis(
         trace=trace,
         kind=kind,

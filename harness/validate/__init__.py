@@ -2,8 +2,9 @@
 
 Every message names the field and says what to change. The checks come in groups, one
 module each: choices (fields with a few values), ranges (numbers), engine (a label and
-its options), shapes (the hardware profile's lists), model (what needs the model's
-shapes) and machine (what this machine can run, for a local launch).
+its options), device_ranges and shapes (the hardware profile's numbers and lists), model
+(what needs the model's shapes), torch_version (the torch a plan models) and machine (what
+this machine can run, for a local launch).
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from dataclasses import replace
 
 from harness.config import JobConfig
 from harness.validate.choices import choice_errors
+from harness.validate.device_ranges import device_range_errors
 from harness.validate.engine import engine_errors, engine_job_errors
 from harness.validate.fields import unknown_field_errors
 from harness.validate.machine import Machine, machine_errors
 from harness.validate.model import SHARDED_BYTES_PER_PARAM, model_errors
 from harness.validate.ranges import range_errors, repeat_errors
 from harness.validate.shapes import device_spec_errors
+from harness.validate.torch_version import torch_version_errors
 
 __all__ = [
     "SHARDED_BYTES_PER_PARAM",
@@ -44,7 +47,9 @@ def validation_errors(
         *range_errors(cfg),
         *engine_errors(cfg.engine),
         *engine_job_errors(cfg),
+        *device_range_errors(cfg.device_spec),
         *device_spec_errors(cfg.device_spec),
+        *torch_version_errors(cfg),
     ]
     if errors:  # the model and the machine are judged on a config that is whole
         return errors

@@ -124,11 +124,12 @@ def engine_job_errors(cfg: JobConfig) -> list[str]:
 
 
 def _ya_fsdp_errors(cfg: JobConfig) -> list[str]:
-    from harness.engines.upstream import INSTALL, available
+    from harness.engines.upstream import INSTALL, import_problem
 
     errors = []
-    if not available():
-        errors.append(f"engine=ya_fsdp needs the upstream library: {INSTALL}")
+    problem = import_problem()
+    if problem is not None:
+        errors.append(f"engine=ya_fsdp needs the upstream library, and {problem}: {INSTALL}")
     if cfg.adamw_impl == "for-loop":
         errors.append(
             "engine=ya_fsdp cannot run adamw_impl=for-loop (its tensor class has no lerp_); "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.rounds import ROUNDS
 from tests.trace.synthetic import write_large_gpu_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def _in_child(mode: str, path: Path) -> dict:
 
 def test_attribute_100mb_trace_against_summarize(benchmark, big_trace):
     size = big_trace.stat().st_size
-    attributed = benchmark.pedantic(_in_child, args=("attribute", big_trace), rounds=1)
+    attributed = benchmark.pedantic(_in_child, args=("attribute", big_trace), rounds=ROUNDS)
     summarized = _in_child("summarize", big_trace)
     ratio = attributed["cpu_seconds"] / summarized["cpu_seconds"]
     benchmark.extra_info.update(

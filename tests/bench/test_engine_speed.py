@@ -9,7 +9,8 @@ the choice is printed with both rates.
 test_yafsdp_speed_and_memory: each configuration is one `harness` job (its own ranks,
 warm-up, timed steps; the slowest rank's median step time; peak memory from the profiler's
 allocation events). Jobs run one after another, so on a shared machine their times carry
-the load of whatever else runs then; the best of BENCH_REPEATS (default 2) is kept.
+the load of whatever else runs then; the best of its BENCH_ROUNDS rounds (tests/bench/rounds.py,
+at least 3) times BENCH_REPEATS (default 1) is kept.
 test_interleaved_step_times: every engine in one process group, stepped in turn, so load
 falls on all alike; the time comparison to trust on a shared machine. Its floor is yafsdp
 against the unsharded step (`local`). Each step also records the CPU time of a rank's
@@ -26,6 +27,7 @@ turn in one process group: step time and each step's allocation peak.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from pathlib import Path
 
@@ -41,11 +43,13 @@ from harness.rank.metrics import measure_matmul_peak_flops
 # At module level, so that make test (which collects benchmarks but skips them) fails on
 # an import a benchmark needs.
 from tests.bench.interleaved import interleaved_runs, interleaved_step_times
+from tests.bench.rounds import ROUNDS, median_by_label
 from tests.distributed import run_on_ranks
 from tests.rank.training import shared_test_engines
 
 SEQ_LENS = (256, 1024)
-REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "1"))
+_ROUND = itertools.count()  # each round's jobs in directories of their own
 
 
 @functools.cache
@@ -81,12 +85,13 @@ def _job(engine: str, seq_len: int) -> JobConfig:
     )
 
 
-def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
-    best: dict[tuple[str, int], dict[str, float]] = {}
+def _measure(root: Path, best: dict[tuple[str, int], dict[str, float]]) -> None:
+    """One round: every configuration REPEATS times, the fastest of all rounds kept in `best`."""
+    n = next(_ROUND)
     for rep in range(REPEATS):
         for seq in SEQ_LENS:
             for engine in shared_test_engines():
-                result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{rep}").result
+                result = run_job(_job(engine, seq), root / f"{engine}-{seq}-{n}-{rep}").result
                 assert result.status == "ok", result.error
                 m = result.metrics
                 row = {
@@ -98,12 +103,13 @@ def _measure(root: Path) -> dict[tuple[str, int], dict[str, float]]:
                 old = best.get((engine, seq))
                 if old is None or row["iteration_s"] < old["iteration_s"]:
                     best[(engine, seq)] = row
-    return best
 
 
 @pytest.mark.slow
 def test_yafsdp_speed_and_memory(benchmark, tmp_path: Path) -> None:
-    best = benchmark.pedantic(_measure, args=(tmp_path,), rounds=1, iterations=1)
+    best: dict[tuple[str, int], dict[str, float]] = {}
+    benchmark.pedantic(_measure, args=(tmp_path, best), rounds=ROUNDS, iterations=1)
+    benchmark.extra_info["dtype"] = bench_dtype()
     rows = []
     for (engine, seq), row in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ratio_fsdp2 = row["iteration_s"] / best[("fsdp2", seq)]["iteration_s"]
@@ -145,12 +151,15 @@ REVISIONS = tuple(os.environ.get("BENCH_ENGINE_REVS", "").split())
 def test_interleaved_step_times(benchmark, seq_len: int) -> None:
     """Every engine in one process group, stepped in turn; yafsdp against local."""
     args = ("llama_small", seq_len, 5, 2, bench_dtype(), REVISIONS)
-    measured = benchmark.pedantic(
-        lambda: run_on_ranks(interleaved_step_times, 2, *args, start_method="fork")[0],
-        rounds=1,
+    runs: list[dict] = []
+    benchmark.pedantic(
+        lambda: runs.append(run_on_ranks(interleaved_step_times, 2, *args, start_method="fork")[0]),
+        rounds=ROUNDS,
         iterations=1,
     )
+    measured = median_by_label(runs)
     benchmark.extra_info.update(measured)
+    benchmark.extra_info["dtype"] = bench_dtype()
     times = {label: m["step_s"] for label, m in measured.items()}
     rows = [
         [label, t, t / times["fsdp1"], t / times["fsdp2"], t / times["local"],
@@ -174,12 +183,15 @@ def test_native_vs_hf_interleaved(benchmark) -> None:
     pytest.importorskip("transformers")
 
     args = ("llama_small", 1024, 5, 2, bench_dtype(), IMPL_RUNS, True)
-    measured = benchmark.pedantic(
-        lambda: run_on_ranks(interleaved_runs, 2, *args, start_method="fork")[0],
-        rounds=1,
+    runs: list[dict] = []
+    benchmark.pedantic(
+        lambda: runs.append(run_on_ranks(interleaved_runs, 2, *args, start_method="fork")[0]),
+        rounds=ROUNDS,
         iterations=1,
     )
+    measured = median_by_label(runs)
     benchmark.extra_info.update(measured)
+    benchmark.extra_info["dtype"] = bench_dtype()
     rows = []
     for label, (engine, _) in IMPL_RUNS.items():
         m, native = measured[label], measured[f"{engine} native"]

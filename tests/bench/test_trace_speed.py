@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench.rounds import ROUNDS
 from tests.trace.synthetic import write_large_gpu_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def _summarize_in_child(path: Path) -> dict:
 
 def test_summarize_200mb_trace(benchmark, big_trace):
     size = big_trace.stat().st_size
-    stats = benchmark.pedantic(_summarize_in_child, args=(big_trace,), rounds=1, iterations=1)
+    stats = benchmark.pedantic(_summarize_in_child, args=(big_trace,), rounds=ROUNDS, iterations=1)
     benchmark.extra_info.update(file_bytes=size, **stats)
     print(
         f"\n{size / 1e6:.0f} MB trace: summarize {stats['seconds']:.1f} s wall "

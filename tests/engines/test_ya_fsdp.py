@@ -67,3 +67,26 @@ def test_ya_fsdp_matches_the_reference(world_size: int, tmp_path: Path) -> None:
                 atol=0,
                 msg=lambda m, w=where, k=key: f"{w}, {k}: {m}",
             )
+
+
+def test_a_ya_fsdp_that_fails_to_import_is_refused_at_the_pre_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import sys
+
+    from harness.engines import upstream
+    from harness.validate import validation_errors
+
+    broken = tmp_path / "ya_fsdp"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise ImportError('ya_fsdp/_C.so: undefined symbol: _ZN3c1017RegisterOperators')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    upstream.import_problem.cache_clear()  # this process may have asked before
+    errors = validation_errors(JobConfig(engine=ENGINES["ya_fsdp"].config()))
+    upstream.import_problem.cache_clear()  # the next test asks of the real one
+    hits = [e for e in errors if "engine=ya_fsdp" in e and "undefined symbol" in e]
+    assert hits and upstream.INSTALL in hits[0], errors

@@ -16,6 +16,7 @@ import yafsdp_impl._collectives as collectives  # what the stress wrappers repla
 from harness.gpucheck import delay_model, stress, suite_a, trace_check
 from harness.gpucheck.training import build, train_step
 from harness.models.shapes import get_shape
+from tests.cuda_fakes import fake_cuda
 
 CPU = torch.device("cpu")
 
@@ -23,7 +24,7 @@ CPU = torch.device("cpu")
 @pytest.fixture
 def one_rank(monkeypatch):
     sleeps: list[int] = []
-    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    fake_cuda(monkeypatch, "_sleep", side_effect=sleeps.append)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield sleeps
     dist.destroy_process_group()

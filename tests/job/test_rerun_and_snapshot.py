@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from harness.job.run import run_job
 from harness.jobdir.paths import JobDir
 from harness.jobdir.result import make_result, write_result
 from harness.validate import validation_errors
+from tests.cuda_fakes import fake_cuda
 
 
 def _ok(cfg: JobConfig, t: float) -> object:
@@ -75,10 +77,11 @@ def test_the_snapshot_records_the_allocator_history_around_its_steps(monkeypatch
 
     calls: list[tuple] = []
     memory = torch.cuda.memory
-    monkeypatch.setattr(memory, "_record_memory_history",
-                        lambda *a, **k: calls.append(("record", a, k)))  # fmt: skip
-    monkeypatch.setattr(memory, "_dump_snapshot", lambda path: calls.append(("dump", path)))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    fake_cuda(monkeypatch, "_record_memory_history", module=memory,
+              side_effect=lambda *a, **k: calls.append(("record", a, k)))  # fmt: skip
+    fake_cuda(monkeypatch, "_dump_snapshot", module=memory,
+              side_effect=lambda filename: calls.append(("dump", filename)))  # fmt: skip
+    fake_cuda(monkeypatch, "synchronize", None)
     steps: list[int] = []
     out = memory_snapshot.snapshot_path(tmp_path, 1)
     assert (
@@ -90,3 +93,56 @@ def test_the_snapshot_records_the_allocator_history_around_its_steps(monkeypatch
     assert [c[0] for c in calls] == ["record", "dump", "record"]
     assert calls[0][2] == {"max_entries": memory_snapshot.MAX_ENTRIES}
     assert calls[1][1] == str(got) and calls[2][2] == {"enabled": None}
+
+
+def _start_sweep(sweep: Path, *overrides: str) -> Any:
+    """The sweep callback's start, on the config Hydra composes for these overrides."""
+    from hydra import compose, initialize_config_dir
+
+    import harness.cli  # noqa: F401  (the config schema and the resolvers)
+    from harness.sweep.callbacks import AggregateResults
+
+    sweeps_dir = Path(__file__).parents[2] / "sweeps"
+    with initialize_config_dir(config_dir=str(sweeps_dir), version_base="1.3"):
+        config = compose("config", overrides=[*overrides, f"hydra.sweep.dir={sweep}"],
+                         return_hydra_config=True)  # fmt: skip
+    AggregateResults().on_multirun_start(config)
+    return config
+
+
+def test_a_rerun_sweep_resumed_keeps_what_it_measured_since_it_began(
+    tmp_path, measured_again, monkeypatch, capsys
+) -> None:
+    import os
+    import signal
+    import time
+
+    from harness import cli
+    from harness.sweep import callbacks
+    from harness.sweep.callbacks import AggregateResults
+
+    sweep, cfg = tmp_path / "sweep", JobConfig(device="cpu", gpus=2, rerun=True)
+    before, since = sweep / "before", sweep / "since"
+    sweep.mkdir()
+    write_result(before, _ok(cfg, 0.1))  # type: ignore[arg-type]
+    old = time.time() - 3600
+    os.utime(before / "result.json", (old, old))  # measured before this rerun began
+    _start_sweep(sweep, "rerun=true")
+    run_job(cfg, since, say=print)  # this rerun measures a job, then is interrupted
+    assert measured_again == [since]
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the interrupt's own handlers
+    monkeypatch.setattr(cli.sys, "argv", ["harness", "-m", "rerun=true"])
+    cli._after_interrupt("SIGINT")
+    hint = capsys.readouterr().err
+    monkeypatch.setattr(callbacks, "_active", None)
+    assert "rerun=true" in hint and "stand" in hint, hint  # the same command resumes
+    config = _start_sweep(sweep, "rerun=true")  # the resume
+    for job in (since, before):
+        run_job(cfg, job, say=print)
+    assert measured_again == [since, before]  # what this rerun measured stands
+    assert len(JobDir(since).previous_results()) == 0
+    AggregateResults().on_multirun_end(config)  # the rerun is complete
+    _start_sweep(sweep, "rerun=true")  # a new rerun re-measures everything
+    run_job(cfg, since, say=print)
+    assert measured_again == [since, before, since]
+    AggregateResults().on_multirun_end(config)

@@ -144,3 +144,40 @@ def test_a_peak_near_device_memory_is_flagged_not_priced(capsys) -> None:
     far = _json_rows(capsys, "hardware=a100_80gb", "model=llama2_70b", "gpus=256",
                      "seq_len=2048", "ckpt_layers=80", "engine=yafsdp,fsdp1")  # fmt: skip
     assert not any("note:" in line for r in far for line in (r["why"] or {}).get("fsdp1", []))
+
+
+CALIBRATION = {"schema": "yafsdp-bench.calibration/1", "backend": "nccl", "world_size": 8,
+               "all_gather": [{"bytes": 2**28, "seconds": 0.01, "bus_gbps": 30.0}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"world_size": "eight"}, "world_size"),
+        ({"gpus_per_node": [8]}, "gpus_per_node"),
+        ({"nodes": "one"}, "nodes"),
+        ({"all_gather": [{"bytes": "big", "seconds": 0.01}]}, "all_gather[0].bytes"),
+        ({"all_gather": [{"bytes": 2**28, "seconds": "fast"}]}, "all_gather[0].seconds"),
+        ({"all_gather": ["2**28 bytes"]}, "all_gather[0]"),
+        ({"reduce_scatter": "none"}, "reduce_scatter"),
+    ],
+)
+def test_a_calibration_field_of_the_wrong_type_is_named_with_its_file(
+    capsys, tmp_path, change: dict, field: str
+) -> None:
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({**CALIBRATION, **change}))
+    point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
+    assert main([f"calibration={path}", *point]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and f"{field}=" in err, err
+
+
+def test_a_probe_of_the_wrong_type_in_a_sweep_is_named_with_its_result(capsys, tmp_path) -> None:
+    job = tmp_path / "sweep" / "model=llama2_7b"
+    job.mkdir(parents=True)
+    _write_result(job, {"bandwidth": {**CALIBRATION, "world_size": "eight"}})
+    point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=8", "engine=yafsdp"]
+    assert main([f"calibration={tmp_path / 'sweep'}", *point]) == 2
+    err = capsys.readouterr().err
+    assert str(job / "result.json") in err and "bandwidth.world_size=" in err, err

@@ -16,6 +16,7 @@ from harness.rank import measure, metrics
 from harness.rank import memory_peaks as memory
 from harness.rank.data import token_batch
 from harness.validate import validation_errors
+from tests.cuda_fakes import fake_cuda
 
 
 def test_backend_auto_follows_the_device() -> None:
@@ -49,8 +50,8 @@ def test_mfu_peak_follows_the_card_by_name() -> None:
 
 def test_pick_device_maps_gloo_ranks_onto_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     chosen = []
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    fake_cuda(monkeypatch, "device_count", 1)
+    fake_cuda(monkeypatch, "set_device", side_effect=chosen.append)
     cfg = JobConfig(device="cuda", backend="gloo", gpus=3)
     env = {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2"}
     place = Placement.of_rank(cfg, env)
@@ -62,9 +63,9 @@ def test_pick_device_maps_gloo_ranks_onto_the_gpus(monkeypatch: pytest.MonkeyPat
 def test_auto_resolves_alike_for_the_rank_and_the_planner(
     monkeypatch: pytest.MonkeyPatch, cuda: bool
 ) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    fake_cuda(monkeypatch, "is_available", cuda)
+    fake_cuda(monkeypatch, "device_count", 2)
+    fake_cuda(monkeypatch, "set_device", None)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     cfg = JobConfig(device="auto", backend="auto", gpus=2)
     place = Placement.of_rank(cfg, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
@@ -140,10 +141,15 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
 
 def test_cuda_peaks_restart_after_finishing_queued_work(monkeypatch) -> None:
     log: list[str] = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda d: log.append("sync"))
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: log.append("read") or 7)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 9)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: log.append("reset"))
+    # autospecs: a call the real functions would refuse fails here (side effects see its args)
+    fake_cuda(monkeypatch, "synchronize", side_effect=lambda device: log.append("sync"))
+    fake_cuda(
+        monkeypatch, "max_memory_allocated", side_effect=lambda device: log.append("read") or 7
+    )
+    fake_cuda(monkeypatch, "max_memory_reserved", 9)
+    fake_cuda(
+        monkeypatch, "reset_peak_memory_stats", side_effect=lambda device: log.append("reset")
+    )
     assert memory.restart_cuda_peaks(torch.device("cuda", 0)) == (7, 9)
     assert log == ["sync", "read", "reset"]
 
@@ -152,7 +158,7 @@ def test_cuda_peaks_restart_after_finishing_queued_work(monkeypatch) -> None:
 def test_the_planner_plans_auto_as_the_rank_runs_it(monkeypatch: pytest.MonkeyPatch, cuda: bool):
     from harness.plan.planner import memory_case
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    fake_cuda(monkeypatch, "is_available", cuda)
     case = memory_case(JobConfig(device="auto", backend="auto"), with_budget=False)
     assert case.asynchronous is cuda  # NCCL overlaps; a CPU dry run is planned as gloo
     assert (

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness.rank.rss import peak_rss_bytes, reset_peak_rss
+from tests.cuda_fakes import fake_cuda
 
 MIB = 2**20
 
@@ -33,9 +34,9 @@ def test_memory_outside_the_allocator_is_only_told_with_a_device_per_rank(
     from harness.rank.memory_peaks import cuda_memory_outside_allocator
 
     gib = 2**30
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (60 * gib, 80 * gib))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 18 * gib)
+    fake_cuda(monkeypatch, "device_count", 2)
+    fake_cuda(monkeypatch, "mem_get_info", (60 * gib, 80 * gib))
+    fake_cuda(monkeypatch, "memory_reserved", 18 * gib)
     device = torch.device("cuda", 0)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert cuda_memory_outside_allocator(device) == 2 * gib

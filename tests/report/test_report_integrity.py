@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from sweep_fixtures import demo_sweep, write_job
 
 from harness.report import build_report
@@ -64,3 +65,58 @@ def test_engine_knobs_that_come_with_the_label_are_no_variant(tmp_path: Path) ->
     write_job(sweep, "2", engine="yafsdp")
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "async_unshard" not in text and "| setting |" not in text
+
+
+def test_a_report_of_a_running_sweep_says_so_and_names_the_jobs_in_flight(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from harness.results.table import main as results_main
+    from harness.sweep.dirlock import acquire
+
+    sweep = demo_sweep(tmp_path / "sweep")
+    in_flight = sweep / "engine=fsdp1,rerun"
+    in_flight.mkdir()
+    (in_flight / "result.previous.1.json").write_text("{}")  # set aside by a rerun
+    sweep_lock = acquire(sweep, what="sweep directory")
+    job_lock = acquire(in_flight, what="job directory")
+    try:
+        text = build_report([sweep], tmp_path / "out").read_text()
+        assert results_main([str(sweep)]) == 0
+        assert "is running" in capsys.readouterr().out
+    finally:
+        job_lock.release()
+        sweep_lock.release()
+    head = text.split("\n## ")[0]
+    assert "is running" in head and f"PID {os.getpid()}" in head, head
+    assert "engine=fsdp1,rerun" in head and "partial" in head, head
+    after = build_report([sweep], tmp_path / "out").read_text().split("\n## ")[0]
+    assert "is running" not in after and "engine=fsdp1,rerun" not in after
+
+
+def test_a_dead_runners_lock_record_is_not_a_running_sweep(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from harness.sweep.dirlock import LOCK_FILE
+
+    sweep = demo_sweep(tmp_path / "sweep")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    record = {"pid": int(gone.stdout), "host": __import__("socket").gethostname(), "since": 1.0}
+    (sweep / LOCK_FILE).write_text(json.dumps(record))
+    head = build_report([sweep], tmp_path / "out").read_text().split("\n## ")[0]
+    assert "is running" not in head
+
+
+def test_the_aa_tables_twin_column_names_the_twin(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job, label in (("a", "yafsdp"), ("b", "yafsdp_again")):
+        path = write_job(sweep, job, engine="yafsdp")
+        _set_config(path, engine={"name": "yafsdp", "label": label, "reduce_dtype": "fp32",
+                                  "async_unshard": False, "options": {}})  # fmt: skip
+    text = build_report([sweep], tmp_path / "out").read_text()
+    section = text.split("### YaFSDP vs YaFSDP again, as `yafsdp_again`")[1].split("\n## ")[0]
+    header = next(ln for ln in section.splitlines() if ln.startswith("| model"))
+    assert "| yafsdp_again iteration time (s) |" in header and "| FSDP iteration" not in header

@@ -117,3 +117,18 @@ def test_hta_opens_a_summarised_jobs_traces_folder(tmp_path: Path) -> None:
     collect_results(sweep, workers=1)  # writes the summaries' cache
     analysis = hta.TraceAnalysis(trace_dir=str(job / "traces"))
     assert sorted(analysis.t.traces) == [0, 1]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_trace_summaries_follow_the_umask_as_results_do(tmp_path: Path, umask: int) -> None:
+    trace = write_gpu_trace(tmp_path / "job" / "traces" / "rank0.json.gz", KERNELS)
+    old = os.umask(umask)
+    try:
+        cache.cached_trace_summary(trace)
+        write_result(tmp_path / "job", read_result(_traced_job(tmp_path, "other") / RESULT_FILE))
+    finally:
+        os.umask(old)
+    summary = cache.cache_path(trace)
+    mode = summary.stat().st_mode & 0o777
+    assert mode == 0o666 & ~umask, oct(mode)
+    assert mode == (tmp_path / "job" / RESULT_FILE).stat().st_mode & 0o777

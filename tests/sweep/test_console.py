@@ -117,3 +117,41 @@ def test_verbose_streams_rank_0s_log(tmp_path: Path) -> None:
 def test_quiet_and_verbose_are_job_config_fields_before_dry_run() -> None:
     names = list(JobConfig.__dataclass_fields__)
     assert names[-3:] == ["quiet", "verbose", "dry_run"]
+
+
+INDUCTOR = (
+    "rank 0: torch._inductor.exc.InductorError: CppCompileError: C++ compile error\n"
+    "\n"
+    "Command:\ng++ /tmp/x.cpp -shared -fPIC -o /tmp/x.so\n"
+    "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"
+)
+
+
+def test_a_multi_line_error_keeps_the_jobs_row_on_one_line(tmp_path: Path) -> None:
+    failed = make_result(status="failed", config={"model": "llama_tiny"}, error=INDUCTOR)
+    refused = make_result(status="invalid", config={"model": "llama_tiny", "dry_run": True},
+                          error="gpus=0 must be at least 1\nsecond line")  # fmt: skip
+    for total in (None, 2):  # a single job (or an unknown sweep size) and a sweep
+        out = io.StringIO()
+        console = Console(total=total, stream=out)
+        for result in (failed, refused):
+            console.job_started(tmp_path)
+            console.job_finished("llama_tiny gpus=2", result, tmp_path, ran=True)
+        rows = [ln for ln in out.getvalue().splitlines() if "llama_tiny gpus=2" in ln]
+        assert len(rows) == 2, out.getvalue()
+        assert "InductorError" in rows[0] and re.search(r"\(elapsed \d+:\d\d", rows[0]), rows
+        assert "dry run ->" in rows[1] and "gpus=0 must be at least 1" in rows[1], rows
+        if total is None:  # a single job has no summary: the rest follows its row, indented
+            rest = out.getvalue().split(rows[0], 1)[1].splitlines()[1:]
+            assert any("TORCHDYNAMO_VERBOSE" in ln and ln.startswith("  ") for ln in rest)
+
+
+def test_the_summarys_report_command_is_shell_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    sweep = tmp_path / "my sweep;$(x)"
+    out = io.StringIO()
+    Console(total=1, stream=out).summary(sweep_dir=sweep, results_csv=sweep / "results.csv")
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("report:")]
+    command = line.removeprefix("report:").strip()
+    assert shlex.split(command) == ["python", "-m", "harness.report", str(sweep)], line

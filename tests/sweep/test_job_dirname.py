@@ -59,3 +59,21 @@ def test_a_dry_run_leaves_no_directory_behind(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert left == ["mine"]  # it existed before
+
+
+@pytest.mark.parametrize(
+    "override_dirname",
+    ["device_spec.name=../../../outside", "device_spec.name=a/b,seq_len=64", "x=..", "x=/abs"],
+)
+def test_a_config_value_cannot_move_a_job_out_of_its_sweep(
+    tmp_path: Path, override_dirname: str
+) -> None:
+    sweep = tmp_path / "sweep"
+    name = job_subdir(override_dirname, str(sweep))
+    assert "/" not in name and name not in (".", "..")
+    assert (sweep / name).resolve().parent == sweep.resolve()
+
+
+def test_an_escaped_slash_keeps_distinct_values_apart() -> None:
+    assert job_subdir("device_spec.name=a/b") != job_subdir("device_spec.name=a_b")
+    assert job_subdir("device_spec.name=a/b") != job_subdir("device_spec.name=a%2Fb")

@@ -218,3 +218,44 @@ def test_results_and_report_refuse_what_is_not_a_sweep(tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr
     finally:
         sweep.chmod(0o755)
+
+
+def _start_sweep_in(sweep: Path) -> None:
+    """The sweep callback's start for `hydra.sweep.dir=<sweep>`, and its end."""
+    from hydra import compose, initialize_config_dir
+
+    import harness.cli  # noqa: F401  (the config schema and the resolvers)
+    from harness.sweep.callbacks import AggregateResults
+
+    with initialize_config_dir(config_dir=str(REPO / "sweeps"), version_base="1.3"):
+        config = compose("config", overrides=[f"hydra.sweep.dir={sweep}"],
+                         return_hydra_config=True)  # fmt: skip
+    AggregateResults().on_multirun_start(config)
+    AggregateResults().on_multirun_end(config)
+
+
+def test_a_sweep_nested_in_a_running_one_or_holding_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.sweep.callbacks import EXIT_LOCKED
+
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    running = acquire(outer, what="sweep directory")  # a live runner's sweep
+    try:
+        with pytest.raises(SystemExit) as refused:
+            _start_sweep_in(inner)
+        assert refused.value.code == EXIT_LOCKED
+        err = capsys.readouterr().err
+        assert str(outer) in err and f"PID {os.getpid()}" in err, err
+    finally:
+        running.release()
+    _start_sweep_in(inner)  # once the outer one ended
+    (inner / "multirun.yaml").write_text("{}")  # what Hydra leaves in a sweep directory
+    running = acquire(inner, what="sweep directory")
+    try:
+        with pytest.raises(SystemExit) as refused:
+            _start_sweep_in(outer)
+        assert refused.value.code == EXIT_LOCKED and str(inner) in capsys.readouterr().err
+    finally:
+        running.release()
+    _start_sweep_in(outer)

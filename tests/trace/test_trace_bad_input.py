@@ -72,3 +72,19 @@ def test_unknown_categories_are_ignored_and_counted(trace):
     assert after["summary"]["ignored_events"] == 4
     assert after["steps"] == before["steps"]
     assert "cpu_future_thing (1), gpu_future_thing (3)" in after["warnings"][0]
+
+
+@pytest.mark.parametrize("category", ["gpu_user_annotation", "kernel"])
+def test_steps_under_another_category_are_named_not_blamed_on_prof_step(trace, category):
+    def recategorise(t):
+        for e in t["traceEvents"]:
+            if "ProfilerStep" in e.get("name", ""):
+                e["cat"] = category
+
+    _rewrite(trace, recategorise)
+    with pytest.raises(TraceError) as e:
+        summarize_trace(trace)
+    message = str(e.value)
+    assert "prof.step() every step" not in message, message
+    assert f"'{category}'" in message and "ProfilerStep#" in message, message
+    assert message.startswith(f"{trace}: ") and "\n" not in message

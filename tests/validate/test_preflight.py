@@ -267,3 +267,74 @@ def test_a_cpu_job_whose_predicted_peak_exceeds_the_ram_is_refused_before_launch
     assert ran.result.status == "invalid" and "llama2_70b" in (ran.result.error or "")
     small = job_run.run_job(job(dry_run=True, device="cpu", backend="gloo"), tmp_path / "ok")
     assert small.result.status == "ok", small.result.error
+
+
+# The planner's device figures: each in its range, named with a fix, before any plan -----------
+
+H100_TWO_NODES = ["hardware=h100_80gb", "model=llama2_7b", "gpus=16", "engine=yafsdp"]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "device_spec.peak_tflops=-312",
+        "device_spec.gemm_efficiency=5",
+        "device_spec.memory_efficiency=1.5",
+        "device_spec.memory_gbps=-1",
+        "device_spec.sm_count=-4",
+        "device_spec.launch_us=-8",
+        "device_spec.nccl_sms=200",
+        "device_spec.network.nics_per_node=-1",
+        "device_spec.network.nics_per_node=0",
+        "device_spec.network.nic_gbps=0",
+        "device_spec.network.nic_efficiency=1.2",
+        "device_spec.network.nvlink_channel_gbps=-20",
+        "device_spec.network.node_decline_per_doubling=1",
+        "device_spec.network.decline_from_nodes=0",
+        "device_spec.network.net_step_us=[2.7,-4.0,14.0]",
+    ],
+)
+def test_impossible_device_figures_are_refused_naming_the_field(override: str) -> None:
+    from harness.plan.cli import PlanError, job_configs
+
+    field = override.split("=")[0]
+    with pytest.raises(PlanError) as refusal:
+        job_configs([*H100_TWO_NODES, override])
+    message = str(refusal.value)
+    assert f"{field}=" in message and ("must" in message), message
+    assert "sweeps/hardware" in message  # where the right figure comes from
+
+
+def test_the_shipped_hardware_profiles_pass_the_range_checks() -> None:
+    from harness.plan.cli import job_configs
+
+    for hardware in ("a100_80gb", "h100_80gb", "cpu", "local"):
+        assert job_configs([f"hardware={hardware}", "model=llama2_7b", "gpus=16", "engine=yafsdp"])
+
+
+# The torch version a plan models ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        (["torch_version=1.0", "engine=yafsdp"], ("torch_version=1.0", "2.1")),
+        (["torch_version=2.0", "engine=fsdp1"], ("torch_version=2.0", "2.1")),
+        (["torch_version=2.2", "engine=fsdp2"], ("torch_version=2.2", "engine=fsdp2", "FSDP2")),
+        (["torch_version=latest", "engine=yafsdp"], ("torch_version='latest'", "major.minor")),
+    ],
+)
+def test_a_torch_the_planner_does_not_model_is_refused(overrides: list, fragments: tuple) -> None:
+    from harness.plan.cli import PlanError, job_configs
+
+    with pytest.raises(PlanError) as refusal:
+        job_configs(["hardware=a100_80gb", "model=llama2_7b", "gpus=64", *overrides])
+    assert all(f in str(refusal.value) for f in fragments), str(refusal.value)
+
+
+def test_a_torch_the_planner_models_is_planned() -> None:
+    from harness.plan.cli import job_configs
+
+    for engine, version in (("fsdp1", "2.1"), ("fsdp2", "2.3"), ("yafsdp", "2.13")):
+        point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=64"]
+        assert job_configs([*point, f"engine={engine}", f"torch_version={version}"])

@@ -13,6 +13,7 @@ the measured waits of the SM hand-out rules (`give_way.GiveWayConstants`).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,23 +54,59 @@ class Calibration:
         return exact[0] if exact else max(self.collectives, key=lambda c: c.world_size)
 
 
-def _points(rows: list[dict[str, Any]]) -> tuple[MeasuredPoint, ...]:
-    found = {int(r["bytes"]): float(r["seconds"]) for r in rows
-             if r.get("bytes") and r.get("seconds")}  # fmt: skip
+def _whole(data: dict[str, Any], name: str, where: str) -> int | None:
+    """`data[name]` as a whole number, None where absent; a ValueError naming the field."""
+    value = data.get(name)
+    if value is None:
+        return None
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (numeric and math.isfinite(value) and value == int(value)):
+        raise ValueError(f"{where}{name}={value!r} must be a whole number")
+    return int(value)
+
+
+def _number(row: dict[str, Any], name: str, where: str) -> float | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{where}{name}={value!r} must be a number")
+    return float(value)
+
+
+def _points(rows: object, where: str) -> tuple[MeasuredPoint, ...]:
+    """`rows` (a list of {"bytes", "seconds", ...}) as measured points; `where` prefixes
+    the field's name in an error (`calibration=<file>: all_gather`)."""
+    if rows is None:
+        return ()
+    if not isinstance(rows, list):
+        raise ValueError(f"{where}={rows!r} must be a list of {{bytes, seconds}} rows")
+    found = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}[{i}]={row!r} must be a {{bytes, seconds}} row")
+        size, seconds = (
+            _whole(row, "bytes", f"{where}[{i}]."),
+            _number(row, "seconds", f"{where}[{i}]."),
+        )
+        if size and seconds:
+            found[size] = seconds
     return tuple(MeasuredPoint(b, t) for b, t in sorted(found.items()))
 
 
-def _run(data: dict[str, Any], origin: str) -> MeasuredCollectives | None:
-    points = {k: _points(data.get(k) or []) for k in KINDS}
+def _run(data: dict[str, Any], origin: str, where: str) -> MeasuredCollectives | None:
+    """One measurement run; `where` names its place in an error (`calibration=<file>: `)."""
+    points = {k: _points(data.get(k), f"{where}{k}") for k in KINDS}
     points = {k: v for k, v in points.items() if v}
-    if not points or not data.get("world_size") or int(data["world_size"]) < 2:
+    world = _whole(data, "world_size", where)
+    per_node = _whole(data, "gpus_per_node", where) or world
+    nodes = _whole(data, "nodes", where)
+    if not points or not world or world < 2 or not per_node:
         return None  # one rank moves nothing between ranks: no bandwidth to price with
-    world = int(data["world_size"])
-    per_node = int(data.get("gpus_per_node") or world)
     return MeasuredCollectives(
         world_size=world,
         gpus_per_node=per_node,
-        nodes=int(data.get("nodes") or max(1, -(-world // per_node))),
+        nodes=nodes or max(1, -(-world // per_node)),
         backend=str(data.get("backend", "")),
         points=points,
         origin=origin,
@@ -103,7 +140,7 @@ def _from_file(path: Path) -> Calibration:
             f"calibration={path}: {problem}, so it prices no collective; measure again "
             "with `python -m harness.bandwidth --ranks 2` or more ranks"
         )
-    run = _run(data, str(path))
+    run = _run(data, str(path), f"calibration={path}: ")
     give_way = _give_way(data, path)
     if run is None and give_way is None:
         raise ValueError(f"calibration={path} holds no measured collective and no give_way "
@@ -154,7 +191,7 @@ def _from_sweep(sweep_dir: Path) -> Calibration:
             outside.append(int(metrics["device_memory_outside_allocator_bytes"]))
         probe = metrics.get("bandwidth")
         if isinstance(probe, dict):
-            run = _run(probe, str(path.parent))
+            run = _run(probe, str(path.parent), f"calibration={sweep_dir}: {path} bandwidth.")
             if run is not None:
                 runs.setdefault(run.world_size, run)  # one job per world size suffices
     if not runs and not outside:

@@ -21,6 +21,7 @@ from harness.trace.classify import detect_kind
 from harness.trace.diagnose import causes as C
 from harness.trace.diagnose.attribute_device import attribute_device
 from harness.trace.diagnose.attribute_host import attribute_host
+from harness.trace.lanes import no_steps_reason
 from harness.trace.overlap import step_windows
 from harness.trace.parse import Trace, TraceError, load_trace
 from harness.trace.summary import _recorded_on_gpu, find_traces
@@ -73,10 +74,7 @@ def _windows(trace: Trace) -> tuple[str, pd.DataFrame]:
         )
     windows = step_windows(trace.events, kind).reset_index(drop=True)
     if windows.empty:
-        raise TraceError(
-            f"{trace.path}: no ProfilerStep#N on a CPU thread to split the trace by; "
-            "profile with a torch.profiler schedule and call prof.step() every step"
-        )
+        raise TraceError(no_steps_reason(trace.path, trace.events))
     return kind, windows
 
 
