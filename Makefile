@@ -91,10 +91,13 @@ lint: install
 check: lint
 	$(VENV)/bin/mypy
 
-# ---- gpu-check on a lent GPU machine (Python 3.12, torch with CUDA, no network) ----------
-# `make gpu-wheels` (here, with network) fetches what that machine lacks into wheels/;
-# carry wheels/ there and run `make gpu-check`. The wheels are installed with --no-deps
-# into a folder of their own, so the machine's torch is never touched.
+# ---- gpu-check on a GPU node (Python 3.12, torch with CUDA, maybe no network) -------------
+# `make gpu-wheels` (where there is network and the git clone) fetches the pure-Python
+# packages the node lacks into wheels/, with the clone's revision; copy the tree with
+# wheels/ there and run `make gpu-check`: suites A, B, D, then C, which takes what is left
+# of the run's deadline (540 s by default: one 10-minute command, with the install and
+# start). The wheels are installed with --no-deps into a folder of their own, so the
+# node's torch is never touched.
 WHEELS ?= wheels
 GPU_SITE ?= .gpu-site
 GPU_PYTHON ?= $(shell [ -x $(PY) ] && echo $(PY) || echo python3)
@@ -116,6 +119,7 @@ ANTLR_PIN := antlr4-python3-runtime==4.9.3  # published as a source archive only
 
 gpu-wheels:
 	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	git rev-parse --short=12 HEAD > $(WHEELS)/REVISION  # the copy carried there has no .git
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		-d $(WHEELS) $(GPU_WHEEL_PINS)
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
@@ -128,6 +132,8 @@ gpu-check:
 		$(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 			--upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; \
 	fi
+	HARNESS_GIT_REVISION="$${HARNESS_GIT_REVISION:-$$(git rev-parse --short=12 HEAD 2>/dev/null \
+		|| cat $(WHEELS)/REVISION 2>/dev/null)}" \
 	PYTHONPATH="$(CURDIR)/$(GPU_SITE):$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" \
 		$(GPU_PYTHON) -m harness.gpucheck $(GPU_CHECK_ARGS)
 

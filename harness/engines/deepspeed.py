@@ -13,11 +13,14 @@
 | optimizer and step | the harness's AdamW (`adamw_impl`, lr, weight_decay=0) handed to `deepspeed.initialize` as the client optimizer; DeepSpeed runs the backward (`engine.backward`), clipping (`gradient_clipping` = the job's clip) and the step, and reports the norm before clipping (`get_global_grad_norm`) | `deepspeed.initialize(optimizer=...)` |
 | gradient accumulation | `gradient_accumulation_steps` = the job's; DeepSpeed divides the loss by it and reduce-scatters every micro-batch (ZeRO-3 always does) | DeepSpeed's managed accumulation |
 | profiler ranges | the adapter adds `DeepSpeed::fetch (<module>)`, `DeepSpeed::release (<module>)` and `DeepSpeed::reduce (<first>..<last>)` around each fetch, release and gradient-bucket reduce (DeepSpeed emits none into torch.profiler on CPU) | this project's trace grammar |
+| GPU | `$LOCAL_RANK` set to the index of the GPU the harness placed the rank on, before DeepSpeed starts: DeepSpeed takes its device from `$LOCAL_RANK` (`zero.Init`, the engine, ZeRO-3's rank checks), which is not the GPU's index where ranks share one GPU (gloo) or a cluster binds one GPU per task | `deepspeed.runtime.zero.partition_parameters.Init`, `DeepSpeedEngine._configure_with_arguments` |
 | shared-memory op | `deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False` before DeepSpeed starts: on CPU it would otherwise JIT-build an inference-only op (about 95 s on 2 cores) | `deepspeed.comm.torch.build_shm_op` |
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -112,6 +115,20 @@ def seed_fp32_masters(ds_optimizer: Any, model: nn.Module, ctx: RunContext) -> N
         part[: chunk.numel()].copy_(chunk)
 
 
+def use_placed_gpu(device: torch.device, env: MutableMapping[str, str] = os.environ) -> None:
+    """Point DeepSpeed at the GPU the harness placed this rank on. DeepSpeed takes its
+    device from `$LOCAL_RANK` (`zero.Init`, `DeepSpeedEngine`, and ZeRO-3's rank checks
+    during the steps), which is not the GPU's index where ranks share one GPU (gloo) or
+    where the cluster binds one GPU to each task (each sees it as device 0): set it to the
+    placed index for the rest of the rank's life."""
+    if device.type != "cuda":
+        return
+    index = str(device.index if device.index is not None else torch.cuda.current_device())
+    env["LOCAL_RANK"] = index
+    if "OMPI_COMM_WORLD_LOCAL_RANK" in env:  # DeepSpeed asserts the two agree
+        env["OMPI_COMM_WORLD_LOCAL_RANK"] = index
+
+
 class DeepSpeedEngine:
     name = "deepspeed"
 
@@ -121,6 +138,7 @@ class DeepSpeedEngine:
 
         from harness.rank.train_step import build_optimizer
 
+        use_placed_gpu(ctx.device)
         parts = decoder_parts(model)
         threshold, also_resident = persistence_threshold(model)
         config = ds_config(ctx, threshold)

@@ -51,9 +51,9 @@ def render_markdown(meta: dict[str, Any], rows: Sequence[Check]) -> str:
     lines = [f"# gpu-check: {gpu or 'CPU only (no CUDA device)'}", ""]
     if not gpu:
         lines += [
-            "**This is a CPU run: the GPU checks (suites A and B, and suite C at the published "
-            "scale) were skipped.** Suite C ran at a reduced size on CPU; no figure here was "
-            "measured on a GPU.",
+            "**This is a CPU run: the GPU checks (suites A, B and D, and suite C at the "
+            "published scale) were skipped.** Suite C ran at a reduced size on CPU; no figure "
+            "here was measured on a GPU.",
             "",
         ]
     lines += [
@@ -62,6 +62,7 @@ def render_markdown(meta: dict[str, Any], rows: Sequence[Check]) -> str:
         *(
             f"- suite {s}: {info.get('ran', 'run')}, {info.get('when')} "
             f"(git {info.get('git_revision')})"
+            + (f", {info['seconds']:g} s" if "seconds" in info else "")
             for s, info in sorted(meta.get("suites", {}).items())
         ),
         f"- {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skip']} skipped",

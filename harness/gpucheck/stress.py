@@ -16,19 +16,10 @@ from typing import Any
 import torch
 
 import yafsdp_impl._collectives as collectives  # the engine calls them through it
+from harness.rank.cuda_clock import cycles_per_second
 from harness.rank.session import Session
 
-
-def cycles_per_second(device: torch.device) -> float:
-    """What `torch.cuda._sleep(cycles)` spins per second on this GPU (clock-dependent)."""
-    cycles = 50_000_000
-    torch.cuda._sleep(cycles // 10)  # wake the clocks
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    torch.cuda.synchronize(device)
-    return cycles / (start.elapsed_time(end) / 1e3)
+__all__ = ["cycles_per_second"]  # suite A's clock, measured as a delay fault measures it
 
 
 @contextmanager

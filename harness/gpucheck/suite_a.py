@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from harness.gpucheck import delay_model
 from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.parity import Trace, compare
 from harness.gpucheck.snapshot import engine_frame, frames_of, steady_offenders
 from harness.gpucheck.stress import (
     cycles_per_second,
@@ -82,24 +83,45 @@ def _close(a: list[float], b: list[float], rtol: float) -> bool:
 # ---- 1 ---------------------------------------------------------------------------------
 
 
-def check_parity(device: torch.device) -> Verdict:
-    shape = get_shape(SMALL)
+def steps_trace(t: Session, steps: int = STEPS) -> Trace:
+    """Each step's loss and gradient norm before clipping (read once, after the steps)."""
+    out = [t.step(s) for s in range(steps)]
+    losses = [float(x) for x in torch.stack([loss for loss, _ in out]).tolist()]
+    norms = [float(n) for _, n in out if n is not None]
+    return Trace(losses, norms)
+
+
+def parity_verdict(
+    make: Callable[[str, str], Session], dtypes: tuple[str, ...] = ("fp32", "bf16")
+) -> Verdict:
+    """yafsdp against local in each dtype: losses and gradient norms, step by step."""
     figures: dict[str, Any] = {}
     bad = []
-    for dtype in ("fp32", "bf16"):
-        got = {}
-        for label in ("local", "yafsdp"):
-            t = build(
-                label, shape, rank=0, world_size=1, device=device, dtype=dtype,
-                ckpt_layers=shape.n_layers, grad_accum=2, seq_len=256,
-            )  # fmt: skip
-            got[label] = losses(t)
-        diff = max(abs(a - b) / abs(b) for a, b in zip(got["yafsdp"], got["local"], strict=True))
-        figures[f"{dtype}_max_rel_diff"] = diff
-        figures[f"{dtype}_final_loss"] = round(got["local"][-1], 5)
-        if not _close(got["yafsdp"], got["local"], RTOL[dtype]):
-            bad.append(f"{dtype}: yafsdp {got['yafsdp']} vs local {got['local']}")
+    for dtype in dtypes:
+        got = {label: steps_trace(make(label, dtype)) for label in ("local", "yafsdp")}
+        found, problem = compare(dtype, got["yafsdp"], got["local"], RTOL[dtype])
+        figures |= found
+        figures[f"{dtype}_final_loss"] = round(got["local"].losses[-1], 5)
+        if problem:
+            bad.append(problem)
     return Verdict(not bad, figures, "; ".join(bad))
+
+
+def check_parity(device: torch.device) -> Verdict:
+    shape = get_shape(SMALL)
+    return parity_verdict(
+        lambda label, dtype: build(
+            label,
+            shape,
+            rank=0,
+            world_size=1,
+            device=device,
+            dtype=dtype,
+            ckpt_layers=shape.n_layers,
+            grad_accum=2,
+            seq_len=256,
+        )  # fmt: skip
+    )
 
 
 # ---- 2 ---------------------------------------------------------------------------------
@@ -280,8 +302,8 @@ def check_delay(t: Session, device: torch.device) -> Verdict:
 # ---- the suite ---------------------------------------------------------------------------
 
 CHECKS: list[tuple[str, str, Callable[[torch.device], Verdict]]] = [
-    ("1 parity", "yafsdp equals local in fp32 and bf16, every layer checkpointed, "
-     "grad_accum=2, on NCCL", check_parity),
+    ("1 parity", "yafsdp equals local in losses and gradient norms, fp32 and bf16, every "
+     "layer checkpointed, grad_accum=2, on NCCL", check_parity),
     ("2 ordering", "compute waits for comm (NaN-poisoned, delayed collectives) and comm "
      "waits for compute (delayed writes to the bf16 master copy and staging)", check_ordering),
     ("3 no host syncs", "forward and backward run under set_sync_debug_mode('error')",
@@ -298,11 +320,23 @@ DELAY = (
 NAMES = [(n, p) for n, p, _ in CHECKS] + [TRACE_STEPS, TRACE_HTA, DELAY]
 
 
-def run() -> list[Check]:
-    rows = []
+# Suite A's work, for its estimate (harness.gpucheck.schedule): 1 the parity builds 4
+# sessions, 2 two, 3 and 4 one each; 5 profiles 1 + 2 steps, 6 times 3 units' forward
+# steps and 3 x 6 steps.
+WORK = {"process group": 1, "small build": 8, "probe build": 1, "probe step": 3 + 3 + 18}
+
+
+def run(on_row: Callable[[Check], None] = lambda row: None) -> list[Check]:
+    """Every check in order; `on_row` is told of each row as it is done."""
+    rows: list[Check] = []
+
+    def add(row: Check) -> None:
+        rows.append(row)
+        on_row(row)
+
     with nccl_world() as device:
         for name, proves, fn in CHECKS:
-            rows.append(run_check("A", name, proves, functools.partial(fn, device)))
+            add(run_check("A", name, proves, functools.partial(fn, device)))
             release_cuda_memory()
         built: list[Session] = []
 
@@ -311,8 +345,9 @@ def run() -> list[Check]:
                 built.append(build_probe(device))
             return built[0]
 
-        rows += trace_checks(probe, device)
-        rows.append(run_check("A", *DELAY, lambda: check_delay(probe(), device)))
+        for row in trace_checks(probe, device):
+            add(row)
+        add(run_check("A", *DELAY, lambda: check_delay(probe(), device)))
         built.clear()
         release_cuda_memory()
     return rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.gpucheck.outcome import Check, Verdict, run_check
@@ -60,5 +61,12 @@ def check(device_dir: Path) -> Verdict:
     return Verdict(not missing, figures, f"not measured: {', '.join(missing)}" if missing else "")
 
 
-def run(device_dir: Path) -> list[Check]:
-    return [run_check("D", *NAME, lambda: check(device_dir))]
+# Suite D's work, for its estimate (harness.gpucheck.schedule): the probe's two priorities,
+# each for the gradient cast/divide and the collective stand-in.
+WORK = {"process group": 1, "probe kernel set": 4}
+
+
+def run(device_dir: Path, on_row: Callable[[Check], None] = lambda row: None) -> list[Check]:
+    row = run_check("D", *NAME, lambda: check(device_dir))
+    on_row(row)
+    return [row]

@@ -123,21 +123,31 @@ def memory_case(
     return case
 
 
-def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
-    """One device's memory: the job's `device_memory_gb` where set; else, where the job
-    runs on a GPU, that GPU's free memory; else this machine's RAM."""
-    if cfg.device_memory_gb > 0:
-        return int(cfg.device_memory_gb * GIB)
-    import os
+# Held back from a rank's free memory at build: what comes after it and before the step's
+# peak (NCCL's communicators, made at the first collective; cuBLAS and cuDNN workspaces),
+# so that the buffer plan chosen at build never runs the allocator into retries.
+BUILD_MARGIN_BYTES = 1 * GIB
 
+
+def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
+    """One device's memory. On a rank building its engine (`device` a CUDA device): the
+    smaller of the job's `device_memory_gb` (the hardware profile's; an "80 GB" card is
+    not 80 GiB free) and what the device has free now, less `BUILD_MARGIN_BYTES`.
+    Elsewhere: `device_memory_gb` where set; else, where the job runs on a GPU, that GPU's
+    free memory; else this machine's RAM."""
     import torch
+
+    profile = int(cfg.device_memory_gb * GIB) if cfg.device_memory_gb > 0 else None
+    if device is not None and getattr(device, "type", "") == "cuda":
+        free = int(torch.cuda.mem_get_info(device)[0]) - BUILD_MARGIN_BYTES
+        return min(free, profile) if profile is not None else free
+    if profile is not None:
+        return profile
+    import os
 
     from harness.placement import resolved
 
-    on_gpu = (device is not None and getattr(device, "type", "") == "cuda") or (
-        device is None and resolved(cfg).device == "cuda" and torch.cuda.is_available()
-    )
-    if on_gpu:
+    if device is None and resolved(cfg).device == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.mem_get_info(device)[0])
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+# A tree copied to a machine without its `.git` (a GPU node given a copy) cannot ask git:
+# `make gpu-check` passes the revision in this variable, read where git answers nothing.
+REVISION_ENV = "HARNESS_GIT_REVISION"
+
 
 def git_revision(repo: Path | None = None) -> str | None:
-    repo = repo or Path(__file__).resolve().parents[2]
+    """The checkout's revision (with `-dirty` when tracked files changed); where git cannot
+    tell (no `.git`), the one passed in `$HARNESS_GIT_REVISION`; else None."""
+    return _git_revision(repo or Path(__file__).resolve().parents[2]) or (
+        os.environ.get(REVISION_ENV) or None
+    )
+
+
+def _git_revision(repo: Path) -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
@@ -41,6 +53,14 @@ def cpu_model_name() -> str:
     return f"CPU: {platform.machine()}"
 
 
+def nccl_version() -> str:
+    """NCCL's version, as '2.21.5'. `torch.cuda.nccl` is a submodule `import torch` does
+    not load: imported here, not reached as an attribute that exists only by chance."""
+    import torch.cuda.nccl as nccl
+
+    return ".".join(map(str, nccl.version()))
+
+
 def _backend(on_cuda: bool) -> str:
     import torch.distributed as dist
 
@@ -58,7 +78,7 @@ def describe_environment(*, device: Any, world_size: int, threads_per_rank: int)
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda if on_cuda else None,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_cuda else None,
+        "nccl": nccl_version() if on_cuda else None,
         "backend": _backend(on_cuda),
         "device_name": torch.cuda.get_device_name(device)
         if on_cuda

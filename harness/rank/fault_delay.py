@@ -1,4 +1,7 @@
-"""`fault.kind=delay`: one rank sleeps `fault.ms` inside a named engine range, once a step.
+"""`fault.kind=delay`: one rank sleeps `fault.ms` inside a named engine range, once a step
+(on CUDA its device does: `torch.cuda._sleep` on the current stream, for the cycles the
+device's measured clock spins in `fault.ms`; a host sleep would be absorbed while the host
+runs ahead, or land in another range).
 
 `fault.where` names an engine's profiler range without its unit: the issue of a collective
 (`yafsdp.reduce_scatter`, `FSDP::all_gather`) or a hook (`yafsdp.forward`,
@@ -80,11 +83,24 @@ def in_range(name: str, where: str) -> bool:
 
 
 class _Delay:
-    """The armed state of this process's delay; `arm` is called at every step's start."""
+    """The armed state of this process's delay; `prepare` and `arm` are called at every
+    step's start."""
 
     def __init__(self) -> None:
         self.fault: FaultConfig | None = None
         self.armed = False
+        self.prepared = False
+        self.cycles_per_s: float | None = None  # on CUDA: the device's sleep clock
+
+    def prepare(self, fault: FaultConfig, device: Any) -> None:
+        """Once, at the first step (a warm-up one): on CUDA, measure the device's clock."""
+        if self.prepared:
+            return
+        self.prepared = True
+        if device is not None and getattr(device, "type", "") == "cuda":
+            from harness.rank import cuda_clock
+
+            self.cycles_per_s = cuda_clock.cycles_per_second(device)
 
     def arm(self, fault: FaultConfig) -> None:
         if self.fault is None:
@@ -98,7 +114,12 @@ class _Delay:
             return
         self.armed = False  # once a step
         with record_function(DELAY_RANGE):
-            time.sleep(fault.ms / 1e3)
+            if self.cycles_per_s is None:
+                time.sleep(fault.ms / 1e3)
+            else:  # on CUDA the host runs ahead: the device's stream must wait, in the range
+                import torch
+
+                torch.cuda._sleep(int(fault.ms / 1e3 * self.cycles_per_s))
 
 
 _DELAY = _Delay()
@@ -117,7 +138,11 @@ def _wrap_record_function(delay: _Delay) -> None:
     record_function.__enter__ = entered  # type: ignore[method-assign]
 
 
-def arm_delay(fault: FaultConfig, *, rank: int, step: int) -> None:
-    """At the start of `step`: let the next range `fault.where` on this rank sleep."""
-    if fault.kind == "delay" and rank == fault.rank and step >= fault.step:
+def arm_delay(fault: FaultConfig, *, rank: int, step: int, device: Any = None) -> None:
+    """At the start of `step`: let the next range `fault.where` on this rank sleep (on a
+    CUDA `device`, its current stream)."""
+    if fault.kind != "delay" or rank != fault.rank:
+        return
+    _DELAY.prepare(fault, device)
+    if step >= fault.step:
         _DELAY.arm(fault)

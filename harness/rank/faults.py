@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 from harness.config import FaultConfig
 from harness.rank.fault_delay import arm_delay
@@ -14,8 +15,8 @@ class InjectedCrash(RuntimeError):
     """A rank's deliberate crash (`fault.kind=crash`, `drill=crash`)."""
 
 
-def maybe_inject(fault: FaultConfig, *, rank: int, step: int) -> None:
-    arm_delay(fault, rank=rank, step=step)
+def maybe_inject(fault: FaultConfig, *, rank: int, step: int, device: Any = None) -> None:
+    arm_delay(fault, rank=rank, step=step, device=device)
     if fault.kind == "none" or rank != fault.rank or step != fault.step:
         return
     if fault.kind == "crash":

@@ -11,7 +11,9 @@
     load1_start, load1_end   rank 0's node's 1-minute load average at either end
     gpu                on CUDA: SM clock (min/median/max over the ranks' samples, one per
                        step), throttle reasons seen on any rank, the most processes and
-                       memory of other processes seen on one device; or why not measured
+                       memory of other processes seen on one device (the memory None, with
+                       pid_namespace "foreign", where a container hides which are ours);
+                       or why not measured
 
 Without /proc (not Linux) the CPU fields are null.
 """
@@ -111,21 +113,24 @@ def _reduce_gpu(mine: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """Min of the minima, max of the rest (medians: the largest rank's), throttle bits OR-ed;
     a rank without samples makes the job's record say so."""
     have = "unavailable" not in mine
-    values = [float(mine.get(f, 0.0)) for f in _GPU_FIELDS]
+    # a rank in another PID namespace cannot tell the others' memory: then nor can the job
+    memory_unknown = have and mine.get("other_memory_bytes", 0) is None
+    values = [float(mine.get(f) or 0.0) for f in _GPU_FIELDS]
     values[0] = -values[0]  # MAX of the negated minimum is the minimum
     bits = [float(bool(mine.get("throttle_mask", 0) & (1 << b))) for b in range(16)]
-    packed = torch.tensor([0.0 if have else 1.0, *values, *bits], dtype=torch.float64,
-                          device=device)  # fmt: skip
+    packed = torch.tensor([0.0 if have else 1.0, float(memory_unknown), *values, *bits],
+                          dtype=torch.float64, device=device)  # fmt: skip
     dist.all_reduce(packed, op=dist.ReduceOp.MAX)
     flat = packed.tolist()
     if flat[0]:
         return {"unavailable": mine.get("unavailable") or "no sample on some rank"}
-    reduced = dict(zip(_GPU_FIELDS, flat[1 : 1 + len(_GPU_FIELDS)], strict=True))
+    reduced = dict(zip(_GPU_FIELDS, flat[2 : 2 + len(_GPU_FIELDS)], strict=True))
     reduced["sm_clock_mhz_min"] = -reduced["sm_clock_mhz_min"]
-    mask = sum(1 << b for b, bit in enumerate(flat[1 + len(_GPU_FIELDS) :]) if bit)
+    mask = sum(1 << b for b, bit in enumerate(flat[2 + len(_GPU_FIELDS) :]) if bit)
     return {
         **reduced,
         "other_processes": int(reduced["other_processes"]),
-        "other_memory_bytes": int(reduced["other_memory_bytes"]),
+        "other_memory_bytes": None if flat[1] else int(reduced["other_memory_bytes"]),
+        **({"pid_namespace": "foreign"} if flat[1] else {}),
         "throttle_reasons": throttle_names(mask),
     }

@@ -45,7 +45,7 @@ class Run:
     def step(self, step: int) -> None:
         """One step: a configured fault, the session's step, the memory limit's check."""
         cfg = self.session.cfg
-        maybe_inject(cfg.fault, rank=self.session.rank, step=step)
+        maybe_inject(cfg.fault, rank=self.session.rank, step=step, device=self.session.device)
         loss, grad_norm = self.session.step(step)
         self.losses.append(loss)
         if grad_norm is not None:
@@ -117,6 +117,19 @@ def build_and_warm_up(
     return WarmedUp(built[0], cpu_allocated, build_peaks)
 
 
+def all_ready(device: torch.device) -> None:
+    """Every rank's bookkeeping done (rank 0's phase file, NVML samples, logging) and its
+    device idle, before any rank starts its timer: else a rank that finished its own
+    bookkeeping first waits for another's inside its timed step's first collective."""
+    synchronize(device)
+    if dist.is_initialized():
+        if device.type == "cuda" and dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[device.index or 0])
+        else:
+            dist.barrier()
+    synchronize(device)
+
+
 @dataclass
 class Timed:
     step_times_s: list[float]  # this rank's
@@ -126,7 +139,8 @@ class Timed:
 
 
 def timed_steps(run: Run, report: Report) -> Timed:
-    """The timed steps, each between two device synchronisations. RSS is measured over
+    """The timed steps, each between two device synchronisations, the first after a
+    barrier; bookkeeping happens between them, outside the timer. RSS is measured over
     them alone: the memory tracking of warm-up holds every allocation event, hundreds of
     MiB for an engine that allocates per collective."""
     cfg, device = run.session.cfg, run.session.device
@@ -136,7 +150,7 @@ def timed_steps(run: Run, report: Report) -> Timed:
     window = Window.start(open_gpu_watch(device, local_world))
     for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
         report(f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
-        synchronize(device)
+        all_ready(device)
         start = time.perf_counter()
         run.step(s)
         synchronize(device)

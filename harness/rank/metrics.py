@@ -6,12 +6,14 @@ import statistics
 import time
 
 # bf16 dense peaks (TFLOP/s) from NVIDIA's datasheets (their sparse figures halved), first
-# match by device name wins: the H100's PCIe and NVL cards are slower than its SXM form.
+# match by device name wins: the H100's PCIe and NVL cards and the H200 NVL are slower
+# than their SXM forms, so each NVL/PCIe name comes before its family's.
 DEVICE_PEAK_TFLOPS = {
     "A100": 312.0,
     "H100 PCIe": 756.0,
     "H100 NVL": 835.0,
     "H100": 989.0,
+    "H200 NVL": 835.0,
     "H200": 989.0,
 }
 

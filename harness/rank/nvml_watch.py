@@ -4,8 +4,10 @@ processes on the device that are not this job's. Without pynvml, or where NVML r
 watch says why and records nothing else; it never fails a job.
 
 Processes: NVML names them by host PID. Inside a container whose PID namespace hides the
-host's, none of them matches this job's PIDs; then the job's ranks on the device are
-counted off instead (`ranks_here`).
+host's, none of them matches this job's PIDs, and NVML lists them in no promised order: the
+number of other processes is still known (the listed ones less this job's ranks on the
+device, `ranks_here`), but not which of them are ours, so their memory is not recorded
+(`other_memory_bytes` None, `pid_namespace` "foreign").
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class GpuWatch:
     sm_clocks_mhz: list[float] = field(default_factory=list)
     throttle_mask: int = 0
     other_processes: int = 0
-    other_memory_bytes: int = 0
+    other_memory_bytes: int | None = 0  # None: other processes' memory not told from ours
 
     @classmethod
     def open(cls, device_index: int, own_pids: frozenset[int], ranks_here: int) -> GpuWatch:
@@ -91,10 +93,15 @@ class GpuWatch:
         memory = {int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
         if self.own_pids & set(pids):
             others = [p for p in pids if p not in self.own_pids]
-        else:  # another PID namespace: our ranks are there under other numbers
-            others = pids[self.ranks_here :] if len(pids) > self.ranks_here else []
-        self.other_processes = max(self.other_processes, len(others))
-        self.other_memory_bytes = max(self.other_memory_bytes, sum(memory[p] for p in others))
+            self.other_processes = max(self.other_processes, len(others))
+            if self.other_memory_bytes is not None:
+                held = sum(memory[p] for p in others)
+                self.other_memory_bytes = max(self.other_memory_bytes, held)
+            return
+        # Another PID namespace: our ranks are listed under host PIDs we cannot match, so
+        # only how many others there are is known, not which (nor their memory).
+        self.other_processes = max(self.other_processes, len(pids) - self.ranks_here)
+        self.other_memory_bytes = None
 
     def summary(self) -> dict[str, Any]:
         """This rank's record (the job's is reduced across ranks by harness.rank.interference)."""
@@ -108,6 +115,7 @@ class GpuWatch:
             "throttle_mask": self.throttle_mask,
             "other_processes": self.other_processes,
             "other_memory_bytes": self.other_memory_bytes,
+            **({"pid_namespace": "foreign"} if self.other_memory_bytes is None else {}),
             "samples": len(clocks),
         }
 

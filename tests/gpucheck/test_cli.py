@@ -20,7 +20,7 @@ def test_gpu_suites_are_skipped_rows_and_exit_zero(tmp_path, monkeypatch, capsys
     assert "GPU checks skipped" in capsys.readouterr().out
     data = json.loads((tmp_path / "r" / "cpu" / "gpu-check.json").read_text())
     rows = data["rows"]
-    assert {r["suite"] for r in rows} == {"A", "B"} and len(rows) == 10
+    assert {r["suite"] for r in rows} == {"A", "B"} and len(rows) == 14
     assert all(r["result"] == SKIP for r in rows)
     assert data["meta"]["cuda_device"] is None
     md = (tmp_path / "out" / "gpu-check.md").read_text()
@@ -34,9 +34,11 @@ def test_require_gpu_is_an_error_without_cuda(tmp_path, capsys):
 
 
 def test_a_failed_check_makes_the_exit_code_one(tmp_path, monkeypatch):
-    def failing(device, *, reduced, budget_s):
+    def failing(device, *, reduced, budget_s, on_row):
         assert reduced and device.type == "cpu"
-        return [Check(suite="C", check="8 x", proves="p", result=FAIL, detail="params off")]
+        row = Check(suite="C", check="8 x", proves="p", result=FAIL, detail="params off")
+        on_row(row)
+        return [row]
 
     monkeypatch.setattr(suite_c, "run", failing)
     monkeypatch.delenv("OUT", raising=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,22 +19,27 @@ def test_without_transformers_the_hf_row_is_a_skip_saying_how(monkeypatch):
     def no_job(*args, **kwargs):
         raise AssertionError("no job may start without transformers")
 
-    monkeypatch.setattr(suite_b, "job_losses", no_job)
-    row = run_check("B", *suite_b.HF_NAME, suite_b.check_hf)
+    monkeypatch.setattr(suite_b, "job_trace", no_job)
+    refs = suite_b.References(Path("."))
+    row = run_check("B", *suite_b.NAMES[-1], lambda: suite_b.check_hf(refs))
     assert row.result == SKIP
     assert row.detail == "transformers is not installed: run `make gpu-wheels` and carry wheels/"
 
 
-def test_suite_b_names_one_row_per_world_size_and_the_hf_row():
+def test_suite_b_names_one_row_per_engine_and_world_size_and_the_hf_row():
     assert [n for n, _ in suite_b.NAMES] == [
-        "7 parity on 2 gloo ranks",
-        "7 parity on 3 gloo ranks",
-        "7 hf parity on 2 gloo ranks",
+        "7 parity fsdp1 on 2 gloo ranks",
+        "7 parity fsdp2 on 2 gloo ranks",
+        "7 parity yafsdp on 2 gloo ranks",
+        "7 parity deepspeed on 2 gloo ranks",
+        "7 parity ya_fsdp on 2 gloo ranks",
+        "7 parity yafsdp on 3 gloo ranks",
+        "7 hf parity yafsdp on 2 gloo ranks",
     ]
 
 
 @pytest.mark.slow
-def test_hf_parity_passes_on_cpu(monkeypatch):
+def test_hf_parity_passes_on_cpu(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
     on_gpu = suite_b.job_config
 
@@ -41,7 +47,8 @@ def test_hf_parity_passes_on_cpu(monkeypatch):
         return dataclasses.replace(on_gpu(label, world_size, model_impl), device="cpu")
 
     monkeypatch.setattr(suite_b, "job_config", on_cpu)
-    verdict = suite_b.check_hf()
+    verdict = suite_b.check_hf(suite_b.References(tmp_path))
     assert verdict.ok, verdict.detail
     assert not verdict.skipped
-    assert 0 <= verdict.figures["yafsdp_max_rel_diff"] <= suite_b.RTOL
+    assert 0 <= verdict.figures["yafsdp_loss_max_rel_diff"] <= suite_b.RTOL
+    assert 0 <= verdict.figures["yafsdp_grad_norm_max_rel_diff"] <= suite_b.RTOL
