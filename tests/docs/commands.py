@@ -42,6 +42,7 @@ class Command:
     module: str  # harness, harness.plan, ...
     args: tuple[str, ...]
     where: str  # file:line, for the failure message
+    refused: bool = False  # quoted with its refusal on the next line: it must be refused
 
     @property
     def text(self) -> str:
@@ -79,13 +80,15 @@ def _words(rest: str) -> tuple[str, ...] | None:
 
 def named_commands(path: Path) -> list[Command]:
     found = []
-    text = path.read_text()
-    for number, line in _joined_lines(text):
+    lines = _joined_lines(path.read_text())
+    for i, (number, line) in enumerate(lines):
+        after = lines[i + 1][1] if i + 1 < len(lines) else ""
         for match in _COMMAND.finditer(line):
             words = _words(match.group(2))
             if words is not None:
                 where = f"{path.relative_to(REPO)}:{number}"
-                found.append(Command(match.group(1).rstrip("."), words, where))
+                refused = "refused" in after and after.lstrip().startswith("[")
+                found.append(Command(match.group(1).rstrip("."), words, where, refused))
     return found
 
 

@@ -103,13 +103,15 @@ def _check_argparse(command: Command, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
     # a module named in passing (`python -m harness.report`) must answer --help
     argv = [a.replace("PLACEHOLDER", "x") for a in command.args] or ["--help"]
+    if len(argv) == 1 and argv[0].isidentifier():  # a subcommand named in passing
+        argv.append("--help")
     monkeypatch.setattr(sys, "argv", [command.module, *argv])
     try:
         execute_as_main(command.module, run_name="__main__", alter_sys=False)
     except _Parsed:
         return
     except SystemExit as e:
-        if argv == ["--help"] and e.code in (0, None):
+        if argv[-1] == "--help" and e.code in (0, None):
             return
         raise AssertionError(f"{command.where}: {command.text} exits {e.code}") from e
     raise AssertionError(f"{command.where}: {command.text} ran instead of parsing")
@@ -119,7 +121,10 @@ def test_every_named_command_parses(monkeypatch: pytest.MonkeyPatch) -> None:
     commands = {c.text: c for path in doc_files() for c in named_commands(path)}
     assert len(commands) > 20
     for command in commands.values():
-        if command.module in ("harness", "harness.plan"):
+        if command.refused:  # an example of a refusal: it must still be refused
+            with pytest.raises((AssertionError, ValueError)):
+                _check_hydra(command)
+        elif command.module in ("harness", "harness.plan"):
             _check_hydra(command)
         else:
             _check_argparse(command, monkeypatch)
