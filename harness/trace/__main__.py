@@ -77,7 +77,9 @@ def timeline(args: argparse.Namespace) -> int:
             "with -o <file>.png"
         ) from e
     step = "the first profiled step" if args.step is None else f"step {args.step}"
-    print(f"wrote {Path(written).resolve()} (rank {args.rank}, {step}, {len(dirs)} job(s))")
+    # the path last, alone as the line's last word: scripts read it there
+    print(f"wrote the timeline of rank {args.rank}, {step}, {len(dirs)} job(s): "
+          f"{Path(written).resolve()}")  # fmt: skip
     return 0
 
 

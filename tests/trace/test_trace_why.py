@@ -209,4 +209,5 @@ def test_timeline_says_where_it_wrote(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["timeline", str(tmp_path), "-o", "x.png"]) == 0
     said = capsys.readouterr().out
-    assert said.startswith(f"wrote {tmp_path / 'x.png'} (rank 0, the first profiled step")
+    assert said.startswith("wrote the timeline of rank 0, the first profiled step, 1 job(s): ")
+    assert said.split()[-1] == str(tmp_path / "x.png")
