@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.models.presets import config_fingerprint
 from harness.models.shapes import is_hf_config
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -129,6 +130,10 @@ FAULT_KINDS = ("none", "crash", "hang", "oom", "kill", "delay")
 class JobConfig:
     model: str = "llama_tiny"  # a preset (harness.models.shapes), or hf:<path to config.json>
     model_impl: str = MODEL_IMPL_AUTO  # one of MODEL_IMPLS; an hf: model implies hf
+    # An hf: model's config.json as a SHA-256 of its bytes, read when the config is built
+    # and again when the job runs: the path alone would let an edited file pass for the
+    # model measured before ("" for a preset). Resume compares it like any other field.
+    model_config_sha256: str = ""
     engine: EngineConfig = field(default_factory=EngineConfig)
     gpus: int = 2  # world size: GPUs, or ranks on CPU
     seq_len: int = 128
@@ -177,6 +182,8 @@ class JobConfig:
     def __post_init__(self) -> None:
         if self.model_impl == MODEL_IMPL_AUTO:
             self.model_impl = "hf" if is_hf_config(self.model) else "native"
+        if not self.model_config_sha256:
+            self.model_config_sha256 = config_fingerprint(self.model)
 
 
 def config_from_dict(data: dict[str, Any]) -> JobConfig:

@@ -14,6 +14,7 @@ from harness.jobdir.recorded_config import flatten, is_neutral, recorded_config
 from harness.jobdir.result import CorruptResultError, Result, read_result
 
 _ABSENT = "(absent)"
+_FINGERPRINT = "model_config_sha256"  # an hf: config.json's content
 
 
 def config_differences(stored: Result, requested: dict[str, Any]) -> list[str]:
@@ -24,6 +25,8 @@ def config_differences(stored: Result, requested: dict[str, Any]) -> list[str]:
         if is_neutral(field):
             continue
         a, b = old.get(field, _ABSENT), new.get(field, _ABSENT)
+        if field == _FINGERPRINT and a in ("", _ABSENT):
+            continue  # recorded before the file's hash was: it stands, as it always did
         if a != b:
             diffs.append(f"{field}: {a!r} -> {b!r}")
     return diffs

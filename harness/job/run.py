@@ -12,7 +12,7 @@ import os
 import signal
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from harness.config import JobConfig
@@ -28,7 +28,9 @@ from harness.jobdir.rank_outcome import (
     unrecorded_failures,
 )
 from harness.jobdir.result import Result, finished_ok, make_result, read_result, write_result
+from harness.jobdir.rounds import stamp_result, utc_now
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
+from harness.models.presets import config_fingerprint
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -78,10 +80,14 @@ def run_job(
     on the way is this job's failure, recorded as its result, never the sweep's end.
     """
     job_dir = Path(job_dir)
+    started = utc_now()
     try:
-        return _run_job(
+        outcome = _run_job(
             cfg, job_dir, refusals=refusals, on_poll=on_poll, say=say, ranks_here=ranks_here
         )
+        if not outcome.ran:  # an earlier result stands, or a dry run: nothing ran now
+            return outcome
+        return replace(outcome, result=stamp_result(job_dir, outcome.result, started))
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
         error = (
@@ -95,7 +101,7 @@ def run_job(
             result = _write_failure(cfg, job_dir, "failed", error)
         except OSError:  # the directory cannot take it either: the row still says why
             result = make_result(status="failed", config=asdict(cfg), error=error)
-        return JobOutcome(result, True, job_dir)
+        return JobOutcome(stamp_result(job_dir, result, started), True, job_dir)
 
 
 def _run_job(
@@ -107,18 +113,20 @@ def _run_job(
     say: Callable[[str], None],
     ranks_here: bool,
 ) -> JobOutcome:
+    # what an hf: config.json says now, not when the config was built
+    cfg = replace(cfg, model_config_sha256=config_fingerprint(cfg.model))
     config = asdict(cfg)
     errors = list(refusals or []) + validation_errors(cfg)  # no torch import: refused at once
     if cfg.dry_run:  # planned, and checked as the run it stands for, this machine included
         return JobOutcome(_dry_run_result(cfg, errors, say, ranks_here), False, job_dir)
-    stray = end_stray_attempt(job_dir)  # before anything in the directory is judged
-    if stray is not None:
-        say(stray)
     reason = rerun_reason(job_dir, config)
     if reason is None and cfg.rerun and not measured_in_this_rerun(job_dir):
         reason = "rerun=true (the ok result is kept as result.previous.<n>.json)"
-    if reason is None:
+    if reason is None:  # an ok result outlives its attempt's processes: none to look for
         return JobOutcome(read_result(JobDir(job_dir).result), False, job_dir)
+    stray = end_stray_attempt(job_dir)  # before the directory is set aside or cleared
+    if stray is not None:
+        say(stray)
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
@@ -177,7 +185,9 @@ def run_in_existing_env(cfg: JobConfig, job_dir: Path) -> Result | None:
     """Run this process as one rank of an environment someone else set up (SLURM, torchrun)."""
     from harness.rank.run import run_rank
 
-    return run_rank(cfg, job_dir)
+    started = utc_now()
+    result = run_rank(cfg, job_dir)
+    return None if result is None else stamp_result(job_dir, result, started)
 
 
 def decide_result(

@@ -2,6 +2,8 @@
 
 Layout (schema_version 1):
     schema_version, status (ok|oom|failed|timeout|invalid|interrupted), error (str|None),
+    started_at, ended_at  when the job's attempt ran (UTC, ISO 8601; absent in older results),
+    round    the runner invocation it ran in (harness.jobdir.rounds; absent in older results),
     config   the resolved JobConfig as a dict (engine is a dict with name and label),
     env      torch, cuda, nccl, backend, device_name, device_count, world_size, host,
              git_revision, threads_per_rank,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 # `interrupted`: the runner was stopped (Ctrl-C, SIGTERM) while the job ran; resume reruns it.
 STATUSES = ("ok", "oom", "failed", "timeout", "invalid", "interrupted")
+TIMING_FIELDS = ("started_at", "ended_at", "round")  # top level; harness.jobdir.rounds
 
 
 class CorruptResultError(ValueError):
@@ -202,6 +205,9 @@ class Result:
     engine_settings: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # top-level keys such as `slurm`
     schema_version: int = SCHEMA_VERSION
+    started_at: str | None = None  # UTC ISO 8601; None in older results
+    ended_at: str | None = None
+    round: str | None = None  # harness.jobdir.rounds
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -227,13 +233,19 @@ class Result:
             "metrics": self.metrics.to_dict(),
             "profile": None if self.profile is None else self.profile.to_dict(),
             "engine_settings": self.engine_settings,
+            **{k: v for k, v in self.timing().items() if v is not None},
             **self.extra,
         }
+
+    def timing(self) -> dict[str, str | None]:
+        """started_at, ended_at and round (harness.jobdir.rounds)."""
+        return {k: getattr(self, k) for k in TIMING_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Result:
         """The record of a result.json's contents, as they are (read_result checks them)."""
         top = {"schema_version", "status", "error", "config", "env", "metrics", "profile"}
+        top |= set(TIMING_FIELDS)
         profile = data.get("profile")
         return cls(
             schema_version=data["schema_version"],
@@ -245,6 +257,7 @@ class Result:
             profile=None if profile is None else Profile.from_dict(profile),
             engine_settings=data.get("engine_settings"),
             extra={k: v for k, v in data.items() if k not in top | {"engine_settings"}},
+            **{k: data.get(k) for k in TIMING_FIELDS},
         )
 
 
@@ -311,6 +324,9 @@ def _schema_problems(data: dict[str, Any]) -> list[str]:
             problems.append(f"{key} is not an object")
     if not isinstance(data.get("profile"), (dict, type(None))):
         problems.append("profile is not an object")
+    for key in TIMING_FIELDS:
+        if not isinstance(data.get(key), (str, type(None))):
+            problems.append(f"{key}={data[key]!r:.60} is not text")
     if problems:
         return problems
     if not isinstance(data["config"].get("engine", {}), (dict, str)):

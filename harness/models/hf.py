@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from harness.models.presets import HF_CONFIG_PREFIX, ModelShape, get_shape
+from harness.models.presets import HF_CONFIG_PREFIX, ModelShape, config_path, get_shape
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -67,12 +67,6 @@ def llama_config(shape: ModelShape) -> PretrainedConfig:
         tie_word_embeddings=False,
     )
     return LlamaConfig(**fields)
-
-
-def config_path(model: str) -> Path:
-    """The config.json that `model=hf:<path>` names (a directory means its config.json)."""
-    path = Path(model[len(HF_CONFIG_PREFIX) :]).expanduser()
-    return path / "config.json" if path.is_dir() else path
 
 
 def read_config(model: str) -> PretrainedConfig:

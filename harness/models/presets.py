@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,3 +175,21 @@ HF_CONFIG_PREFIX = "hf:"
 
 def is_hf_config(model: str) -> bool:
     return str(model).startswith(HF_CONFIG_PREFIX)
+
+
+def config_path(model: str) -> Path:
+    """The config.json that `model=hf:<path>` names (a directory means its config.json)."""
+    path = Path(model[len(HF_CONFIG_PREFIX) :]).expanduser()
+    return path / "config.json" if path.is_dir() else path
+
+
+def config_fingerprint(model: str) -> str:
+    """The SHA-256 of the config.json an `hf:` model names, so that a job records what the
+    file said and not only where it was; "" for a preset or a file that cannot be read
+    (the model's validation refuses that one)."""
+    if not is_hf_config(model):
+        return ""
+    try:
+        return hashlib.sha256(config_path(model).read_bytes()).hexdigest()
+    except OSError:
+        return ""

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
 
-from harness.engines.registry import BASELINES, ENGINES, YAFSDP, engine_order
+from harness.engines.registry import BASELINES, ENGINES, YAFSDP, aa_twin_of, engine_order
 from harness.jobdir.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.jobdir.recorded_config import is_neutral
 from harness.jobdir.result import Metrics, typed_fields
@@ -150,16 +150,43 @@ def match_key(row: pd.Series) -> GridPoint:
     return GridPoint.of({c: value(row, c) for c in MATCH_COLUMNS}, value(row, VARIANT) or "")
 
 
+def registered_engine(label: str) -> dict[str, Any] | None:
+    """The engine config a label stands for (an A/A twin's is its engine's), flat as the
+    table's `config.engine.*` columns; None for a label the registry lacks."""
+    base = label if label in ENGINES else aa_twin_of(label)
+    return None if base is None else asdict(ENGINES[base].config())
+
+
+def off_registered(row: pd.Series) -> list[str]:
+    """`engine.<knob>=<value> (registered: <value>)` for each engine knob of the job set
+    away from its label's registered value: such a job is not the engine its label's
+    title describes. A knob the result does not record counts as registered."""
+    registered = registered_engine(str(row["engine"]))
+    if registered is None:
+        return []
+    out = []
+    for knob, expected in registered.items():
+        if knob in ("name", "label"):
+            continue
+        found = value(row, f"{CONFIG_PREFIX}engine.{knob}")
+        if found is not None and found != expected:
+            out.append(f"engine.{knob}={_shown(found)} (registered: {_shown(expected)})")
+    return out
+
+
 def with_variants(df: pd.DataFrame) -> pd.DataFrame:
     """Add the VARIANT column from the `config.*` columns that vary between jobs.
 
-    An engine knob (`config.engine.*`) counts only when it varies within one engine label:
-    fsdp2 and fsdp2_tuned differ by design and are told apart by their label.
+    An engine knob (`config.engine.*`) counts when it varies within one engine label, or
+    when a job's differs from its label's registered value (an fsdp1 reducing in bf16 is
+    not the published baseline, however many fsdp1 jobs do so): fsdp2 and fsdp2_tuned
+    differ by design and are told apart by their label.
     """
     fixed = {CONFIG_PREFIX + c for c in [*MATCH_COLUMNS, REPEAT_COLUMN]} | {
         CONFIG_PREFIX + "engine.name",
         CONFIG_PREFIX + "engine.label",
     }
+    off = {o.split("=", 1)[0] for _, row in df.iterrows() for o in off_registered(row)}
     varying = []
     for column in (c for c in df.columns if c.startswith(CONFIG_PREFIX) and c not in fixed):
         field = column[len(CONFIG_PREFIX) :]
@@ -167,7 +194,7 @@ def with_variants(df: pd.DataFrame) -> pd.DataFrame:
         if is_neutral(field):
             continue
         if field.startswith("engine."):
-            if (shown.groupby(df["engine"]).nunique() > 1).any():
+            if field in off or (shown.groupby(df["engine"]).nunique() > 1).any():
                 varying.append(column)
         elif shown.nunique() > 1:
             varying.append(column)

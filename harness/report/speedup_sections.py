@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.engines.registry import ENGINES
 from harness.report.compare import (
     BASELINES,
     STATUS_CELL,
     YAFSDP,
     baseline_title,
     metric,
+    off_registered,
     point_label,
 )
 from harness.report.jobs import ReportJobs
@@ -28,12 +30,15 @@ NOISE_LEGEND = (
     "Speedup = (T_fsdp - T_yafsdp) / T_fsdp, T = median iteration time of a run. With "
     "`repeats=N` each engine ran N times at each point, the engines taking turns; the "
     "speedup is measured per repeat (repeat r of YaFSDP against repeat r of the baseline, "
-    "which ran beside it) and the cell gives their mean, its 95% confidence interval "
+    "paired only when both finished ok in one round: one invocation of the runner, where "
+    "the engines took turns, as `round` in result.json records; a failed repeat or one "
+    "measured in another round, by a resume or another sweep, is left out and counted in "
+    "the cell) and the cell gives their mean, its 95% confidence interval "
     f"({METHOD}: mean ± t(0.975, n-1) · sd / √n over the n per-repeat speedups) and n: "
     "`9.92% [7.1, 12.5], 3 repeats`. The verdict is significant only when the interval "
     "excludes 0; **n.s.** (not significant) where it holds 0. With 1 repeat, run-to-run "
     "noise was not measured and no verdict is given. The times are the median over the "
-    f"runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
+    f"paired runs. Flags ({FLAG}): *within the step spread*: |speedup| is no larger than the "
     "largest p10-p90 step-time range of the runs (in % of T_fsdp), so step-to-step "
     "variation inside a job could produce it (with fewer than "
     f"{MIN_STEPS_FOR_SPREAD} timed steps the spread says nothing of that variation: *too few "
@@ -74,6 +79,7 @@ def published_tables(
         for setting, rows in r.speedup_tables(baseline):
             twin = baseline if baseline not in BASELINES else None  # an A/A check's label
             blocks += [f"Setting: {setting.label()}.", md_table(*speedup_table(rows, twin))]
+            blocks += off_registered_note(rows, baseline)
             gaps = _gaps(rows, baseline)
             if gaps:
                 blocks.append("Missing baseline or engine (`—`): " + "; ".join(gaps) + ".")
@@ -92,6 +98,28 @@ def published_tables(
 def definitions() -> list[str]:
     """The speedup tables' terms, at the end of the report."""
     return ["## Definitions", NOISE_LEGEND]
+
+
+def off_registered_note(rows: list[Speedup], baseline: str) -> list[str]:
+    """Where this table's jobs ran an engine with a knob away from its label's registered
+    value, the heading's description does not hold for them: said under the table."""
+    off = {
+        (label, knob)
+        for r in rows
+        for label, row in ((YAFSDP, r.yafsdp), (baseline, r.baseline))
+        if row is not None
+        for knob in off_registered(row)
+    }
+    if not off:
+        return []
+    knobs = "; ".join(f"{label} with {knob}" for label, knob in sorted(off))
+    titles = {label: ENGINES[label].title if label in ENGINES else label for label, _ in off}
+    named = sorted({title.split(" (")[0] for title in titles.values()})
+    return [
+        f"**Not as registered**: these jobs ran {knobs}, so this table is not "
+        f"{' or '.join(named)} as the heading describes it, but the variant its setting "
+        "names."
+    ]
 
 
 def aa_verdict(rows: list[Speedup]) -> str:
@@ -127,6 +155,12 @@ def noise_notes(rows: list[Speedup]) -> list[str]:
             f"**Run-to-run noise was not measured** at {which} (1 repeat): a second run on "
             "the same machine may differ by more than these steps do, so no speedup here is "
             "a verdict. Run with `repeats=3` (or more) for intervals."
+        )
+    unchecked = [f"{point_label(r.key)} ({r.unchecked})" for r in rows if r.unchecked]
+    if unchecked:
+        notes.append(
+            "Pairs with no round recorded (results written before rounds were): that their "
+            "runs ran together cannot be checked, at " + "; ".join(unchecked) + "."
         )
     uneven = [f"{point_label(r.key)}: {r.interference}" for r in rows if r.interference]
     if uneven:

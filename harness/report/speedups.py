@@ -14,7 +14,8 @@ import pandas as pd
 
 from harness.engines.registry import YAFSDP
 from harness.jobdir.grid_point import GridPoint
-from harness.report.compare import LossParity, by_point, metric, repeat_of
+from harness.jobdir.rounds import same_round
+from harness.report.compare import LossParity, by_point, metric, repeat_of, value
 from harness.report.interference import cpu_share_range, uneven_interference
 from harness.report.significance import Estimate, paired_speedup
 
@@ -43,6 +44,9 @@ class Speedup:
     t_baseline: float | None = None
     interference: str | None = None  # why the point's runs ran under uneven interference
     timed_steps: int | None = None  # the fewest timed steps of any paired run; None: unknown
+    failed: int = 0  # repeats with both runs where one or both did not finish ok
+    other_round: int = 0  # repeats whose two ok runs ran in different rounds: no pair
+    unchecked: int = 0  # pairs whose results record no round (older results)
     # the least and most of the machine's CPUs other processes took in any paired run
     other_cpu_share: tuple[float, float] | None = None
     # the paired repeat whose speedup is the median of the pairs' (the lower middle one of
@@ -106,17 +110,47 @@ def _representative(runs: dict[int, pd.Series]) -> pd.Series | None:
     return ok[0] if ok else next(iter(runs.values()), None)
 
 
-def _median_time(runs: dict[int, pd.Series]) -> float | None:
-    times = [_time(r) for r in runs.values() if _ok(r)]
+def _median_time(rows: list[pd.Series]) -> float | None:
+    times = [_time(r) for r in rows if _ok(r)]
     return float(statistics.median(times)) if times else None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Repeat r of YaFSDP with repeat r of the baseline: paired only when both finished ok
+    in one round (harness.jobdir.rounds: one runner invocation, the engines taking turns),
+    so a pair never joins runs of a resume or of another sweep, days apart."""
+
+    pairs: list[tuple[pd.Series, pd.Series]]
+    failed: int  # repeats where either run did not finish ok
+    other_round: int  # both ok, but measured in different rounds
+    unchecked: int  # paired, though a result records no round (older results)
+
+
+def pair_repeats(mine: dict[int, pd.Series], theirs: dict[int, pd.Series]) -> Pairing:
+    pairs, failed, other_round, unchecked = [], 0, 0, 0
+    for r in (r for r in mine if r in theirs):
+        y, f = mine[r], theirs[r]
+        if not (_ok(y) and _ok(f)):
+            failed += 1
+            continue
+        together = same_round(value(y, "round"), value(f, "round"))
+        if together is False:
+            other_round += 1
+            continue
+        unchecked += together is None
+        pairs.append((y, f))
+    return Pairing(pairs, failed, other_round, unchecked)
 
 
 def point_speedup(
     key: GridPoint, group: pd.DataFrame, baseline: str, *, void: bool = False
 ) -> Speedup:
-    """The speedup at one point from every run of YaFSDP and `baseline` there."""
+    """The speedup at one point from every run of YaFSDP and `baseline` there; the times
+    are the medians over the runs the speedup stands on (every ok run where none pairs)."""
     mine, theirs = _runs(group, YAFSDP), _runs(group, baseline)
-    pairs = [(mine[r], theirs[r]) for r in mine if r in theirs and _ok(mine[r]) and _ok(theirs[r])]
+    paired = pair_repeats(mine, theirs)
+    pairs = paired.pairs
     estimate = paired_speedup([(_time(y), _time(f)) for y, f in pairs])
     spreads = [
         max(sy, sf) / _time(f) * 100.0
@@ -131,12 +165,15 @@ def point_speedup(
         max(spreads) if spreads and len(spreads) == len(pairs) else None,
         void,
         estimate=estimate,
-        t_yafsdp=_median_time(mine),
-        t_baseline=_median_time(theirs),
+        t_yafsdp=_median_time([y for y, _ in pairs] or list(mine.values())),
+        t_baseline=_median_time([f for _, f in pairs] or list(theirs.values())),
         interference=uneven_interference([row for pair in pairs for row in pair]),
         timed_steps=min(
             (s for y, f in pairs if (s := _timed_steps(y, f)) is not None), default=None
         ),
+        failed=paired.failed,
+        other_round=paired.other_round,
+        unchecked=paired.unchecked,
         other_cpu_share=cpu_share_range([row for pair in pairs for row in pair]),
         median_pair=_median_pair(pairs),
         pairs=len(pairs),

@@ -74,14 +74,17 @@ def speedup_cell(s: Speedup) -> str:
     """`9.92% [7.1, 12.5], 3 repeats`; `, n.s.` where the interval holds 0; one repeat says
     that run-to-run noise was not measured. Then the flags: inside the step spread, uneven
     interference, a loss mismatch."""
-    if s.speedup_pct is None or s.estimate is None:
-        return MISSING
+    left_out = unpaired_text(s)
+    if s.speedup_pct is None or s.estimate is None:  # a failure shows in the time cells
+        return f"{MISSING} (no pair: {left_out})" if s.other_round else MISSING
     e = s.estimate
     if e.low_pct is not None and e.high_pct is not None:
         text = f"{e.speedup_pct:.2f}% [{e.low_pct:.1f}, {e.high_pct:.1f}], {e.n} repeats"
+        text += f" ({left_out})" if left_out else ""
         text += ", significant" if e.significant else ", n.s."
     else:
-        text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured)"
+        text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured"
+        text += f"; {left_out})" if left_out else ")"
     if s.spread_pct is None:
         text += f" {FLAG} step spread unknown"
     elif s.too_few_steps:
@@ -93,6 +96,14 @@ def speedup_cell(s: Speedup) -> str:
     if s.loss_mismatch:
         text += " **void: loss mismatch**"
     return text
+
+
+def unpaired_text(s: Speedup) -> str:
+    """The repeats a speedup leaves out, and why: `1 failed, 1 from another round`."""
+    parts = [f"{s.failed} failed"] if s.failed else []
+    if s.other_round:
+        parts.append(f"{s.other_round} from another round")
+    return ", ".join(parts)
 
 
 def point_time_cell(t: float | None, row: pd.Series | None) -> str:

@@ -85,6 +85,7 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         "engine_name": engine.get("name"),
         "status": result.status,
         "error": result.error or "",
+        **{k: v for k, v in result.timing().items() if v is not None},
     }
     recorded = recorded_config(result)
     for key in CONFIG_COLUMNS:

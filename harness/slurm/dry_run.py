@@ -119,6 +119,26 @@ def node_notes(mem_gb: int | None, additional: dict[str, Any] | None) -> list[st
     return notes
 
 
+def dry_run_requests(
+    jobs: Sequence[Any],
+    params: Any,
+    parameters_of: Callable[[Any], dict[str, Any]],
+    say: Callable[[str], None],
+) -> list[tuple[int, DictConfig, str]]:
+    """(index, job config, what to print) of each planned job, after the notes on what the
+    request leaves to the cluster; a refused job's text says why it is not submitted."""
+    for note in node_notes(params.mem_gb, params.additional_parameters):
+        say(note)
+    chained = chain_lines(jobs, same_nodes=params.same_nodes)
+    return [
+        (job.idx, job.sweep_config,
+         submission_text(parameters_of(job), params.submitit_folder, chained[job.idx]))
+        if job.refusal is None
+        else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
+        for job in jobs
+    ]  # fmt: skip
+
+
 def dry_run_jobs(
     *,
     hydra_context: HydraContext,

@@ -23,6 +23,7 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
+from harness.slurm.resources import SLURM_SIGNAL_EARLY_S
 
 # What submitit raises in rank 0 when SLURM's warning signal comes before the time limit.
 _WALL_CLOCK = "timed-out"
@@ -39,6 +40,7 @@ class JobEnd:
     time_limit_min: int
     collective_timeout_s: float
     task_errors: dict[int, str] = field(default_factory=dict)  # from submitit, per task
+    signal_delay_s: float | None = None  # the warning's --signal=USR2@<s>; None: unknown
 
 
 def _last_line(text: str | None, limit: int = 500) -> str:
@@ -89,18 +91,35 @@ def decide(job_dir: Path, config: dict[str, Any], end: JobEnd) -> tuple[Result, 
     return result, True
 
 
+def warning_error(end: JobEnd, how: str) -> str:
+    """The one wording of a job ended by SLURM's warning signal, which may come up to
+    SLURM_SIGNAL_EARLY_S before signal_delay_s ahead of the limit: not proof that the job
+    ran for its job_timeout_s."""
+    delay = "signal_delay_s" if end.signal_delay_s is None else f"{end.signal_delay_s:g} s"
+    return (
+        f"SLURM's warning signal (USR2, {delay} before the time limit and up to "
+        f"{SLURM_SIGNAL_EARLY_S} s earlier) ended the job before its limit ({how}; "
+        f"job_timeout_s={end.job_timeout_s:g})"
+    )
+
+
 def _verdict(
     state: str, end: JobEnd, outcomes: list[RankOutcome], missing: list[int]
 ) -> tuple[str | None, str | None]:
     """The shared rule (harness.jobdir.verdict) on what SLURM adds: its time limit, its
     memory kill, and the errors of tasks that never reached the harness."""
-    ended_by_limit = state == "TIMEOUT" or any(_WALL_CLOCK in (o.error or "") for o in outcomes)
+    warned = any(_WALL_CLOCK in (o.error or "") for o in outcomes)
     how = f"SLURM --time={end.time_limit_min} min, job {end.slurm_job_id}"
+    wall_clock = None
+    if state == "TIMEOUT":  # SLURM's own limit ended it
+        wall_clock = wall_clock_error(end.job_timeout_s, how)
+    elif warned:  # the warning came first, and submitit ended the job on it
+        wall_clock = warning_error(end, how)
     evidence = Evidence(
         outcomes=outcomes,
         world_size=end.world_size,
         collective_timeout_s=end.collective_timeout_s,
-        wall_clock=wall_clock_error(end.job_timeout_s, how) if ended_by_limit else None,
+        wall_clock=wall_clock,
     )
     decided = verdict(evidence)
     if decided is not None:

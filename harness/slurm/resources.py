@@ -50,11 +50,41 @@ def job_shape(gpus: int, gpus_per_node: int, *, request_gpus: bool) -> JobShape:
     )
 
 
-def time_limit_min(job_timeout_s: float) -> int:
-    """SLURM's --time (whole minutes, at least 1) covering the job's wall-clock limit."""
+# SLURM checks its timers about once a minute, so its warning signal (`--signal=USR2@d`)
+# may come up to this much earlier than `d` seconds before the time limit.
+SLURM_SIGNAL_EARLY_S = 60
+
+
+def time_limit_min(job_timeout_s: float, signal_delay_s: float) -> int:
+    """SLURM's --time (whole minutes, at least 1) that gives the job its job_timeout_s
+    before SLURM's warning signal can come (signal_delay_s before the limit, and up to
+    SLURM_SIGNAL_EARLY_S earlier): the warning ends the job, so it must not come first."""
     if job_timeout_s <= 0:
         raise ShapeError(f"job_timeout_s={job_timeout_s}: must be positive")
-    return max(1, math.ceil(job_timeout_s / 60))
+    needed_s = job_timeout_s + signal_delay_s + SLURM_SIGNAL_EARLY_S  # submitit always asks
+    return max(1, math.ceil(needed_s / 60))
+
+
+def time_limit_error(
+    *, time_min: int | None, job_timeout_s: float, signal_delay_s: float
+) -> str | None:
+    """Why a `hydra.launcher.time_min` is too short for the job (SLURM's warning could end
+    it before its job_timeout_s), or None; an unset time_min is derived, so it fits."""
+    needed = time_limit_min(job_timeout_s, signal_delay_s)  # a bad job_timeout_s raises
+    if time_min is None or time_min >= needed:
+        return None
+    return (
+        f"hydra.launcher.time_min={time_min} is shorter than the job needs: SLURM's warning "
+        f"signal comes signal_delay_s={signal_delay_s:g} s before the limit (and up to "
+        f"{SLURM_SIGNAL_EARLY_S} s earlier) and ends the job, which asks for "
+        f"job_timeout_s={job_timeout_s:g}; set time_min={needed} or more, leave it unset "
+        "(it is then derived), or lower job_timeout_s"
+    )
+
+
+def sbatch_time_min(time_min: int | None, job_timeout_s: float, signal_delay_s: float) -> int:
+    """The job's --time: the launcher's time_min, else time_limit_min."""
+    return time_min or time_limit_min(job_timeout_s, signal_delay_s)
 
 
 def job_name(config: dict[str, Any], fallback: str) -> str:

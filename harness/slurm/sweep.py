@@ -32,7 +32,14 @@ from harness.jobdir.result import finished_ok as _finished_ok
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
 from harness.slurm.outcome import JobEnd, decide
-from harness.slurm.resources import JobShape, ShapeError, job_name, job_shape, time_limit_min
+from harness.slurm.resources import (
+    JobShape,
+    ShapeError,
+    job_name,
+    job_shape,
+    sbatch_time_min,
+    time_limit_error,
+)
 
 log = logging.getLogger(__name__)
 _DEFAULTS = JobConfig()
@@ -129,12 +136,22 @@ def plan_job(
             int(_job_value(sweep_config, "gpus_per_node")),
             request_gpus=params.request_gpus and device != "cpu",
         )
-        time_limit_min(float(_job_value(sweep_config, "job_timeout_s")))
+        timeout_s = float(_job_value(sweep_config, "job_timeout_s"))
+        too_short = time_limit_error(
+            time_min=params.time_min, job_timeout_s=timeout_s, signal_delay_s=params.signal_delay_s
+        )
+        if too_short:
+            raise ShapeError(too_short)
     except ShapeError as e:  # the validation may have found the same problem: say it once
         errors = [str(e)] + [err for err in errors if err != str(e)]
     if errors:
         job.refusal = "; ".join(errors)
     return job
+
+
+def _time_min(cfg: DictConfig, params: LauncherParams) -> int:
+    job_timeout_s = float(_job_value(cfg, "job_timeout_s"))
+    return sbatch_time_min(params.time_min, job_timeout_s, params.signal_delay_s)
 
 
 def _sbatch_parameters(
@@ -153,7 +170,7 @@ def _sbatch_parameters(
         "cpus_per_task": params.cpus_per_task,
         # mem_gb=0: --mem=0, all of each node's memory
         "mem": None if params.mem_gb is None else f"{params.mem_gb}GB" if params.mem_gb else "0",
-        "time": params.time_min or time_limit_min(float(_job_value(cfg, "job_timeout_s"))),
+        "time": _time_min(cfg, params),
         "partition": params.partition,
         "account": params.account,
         "qos": params.qos,
@@ -262,21 +279,12 @@ def _dry_run(
     params: LauncherParams,
 ) -> list[JobReturn]:
     """No sbatch: each job's request is printed beside its checks and planner row."""
-    from harness.slurm.dry_run import chain_lines, dry_run_jobs, node_notes, submission_text
+    from harness.slurm.dry_run import dry_run_jobs, dry_run_requests
     from harness.sweep.callbacks import active_sweep
 
     sweep = active_sweep()
     say = sweep.console.say if sweep is not None else print
-    for note in node_notes(params.mem_gb, params.additional_parameters):
-        say(note)
-    chained = chain_lines(jobs, same_nodes=params.same_nodes)
-    requests = [
-        (job.idx, job.sweep_config, submission_text(_sbatch_parameters(job, params),
-                                                    params.submitit_folder, chained[job.idx]))
-        if job.refusal is None
-        else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
-        for job in jobs
-    ]  # fmt: skip
+    requests = dry_run_requests(jobs, params, lambda job: _sbatch_parameters(job, params), say)
     return dry_run_jobs(
         hydra_context=hydra_context, task_function=task_function, jobs=requests, say=say
     )
@@ -373,7 +381,8 @@ def _finish(job: PlannedJob, slurm_state: str, params: LauncherParams) -> None:
         slurm_state=slurm_state,
         world_size=world,
         job_timeout_s=job_timeout_s,
-        time_limit_min=params.time_min or time_limit_min(job_timeout_s),
+        time_limit_min=_time_min(cfg, params),
+        signal_delay_s=params.signal_delay_s,
         collective_timeout_s=float(_job_value(cfg, "collective_timeout_s")),
         task_errors=task_errors,
     )

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from harness.job.rerun_since import begin_rerun, end_rerun
 from harness.jobdir.result import Result
+from harness.jobdir.rounds import new_round
 from harness.sweep.console import Console
 from harness.sweep.dirlock import (
     DirectoryLocked,
@@ -180,6 +181,7 @@ class AggregateResults(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _active
+        new_round()  # every job this invocation runs (or submits) is of one round
         sweep_dir = Path(config.hydra.sweep.dir)
         dry_run = bool(config.get("dry_run", False))
         existed = sweep_dir.exists()

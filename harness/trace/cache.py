@@ -14,16 +14,18 @@ import json
 import multiprocessing
 import os
 import tempfile
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from harness.jobdir.paths import JobDir
 from harness.jobdir.result import shared_file_mode
 from harness.trace.parse import TraceError
 from harness.trace.summary import find_traces, summarize_job, summarize_trace
 
 # Bump whenever a change to parsing, classification or overlap alters any summary.
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 
 
 CACHE_DIR = "trace_cache"  # a job's summaries, beside its traces/ folder
@@ -43,11 +45,22 @@ def _key(trace: Path) -> dict[str, int]:
 def _read_cache(trace: Path) -> dict[str, Any] | None:
     try:
         cached = json.loads(cache_path(trace).read_text())
-        if cached.get("key") == _key(trace):
-            return cached["value"]
+        value = cached["value"]
+        if cached.get("key") == _key(trace) and _is_summary(value):
+            return value  # anything else in the entry is redone, never trusted
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         pass
     return None
+
+
+# what summarize_trace returns, that summarize_job reads (or a cached failure's one line)
+_SUMMARY_KEYS = frozenset({"rank", "kind", "steps", "units", "summary"})
+
+
+def _is_summary(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    return isinstance(value.get("error"), str) or _SUMMARY_KEYS <= set(value)
 
 
 def _write_cache(trace: Path, key: dict[str, int], value: dict[str, Any]) -> None:
@@ -74,6 +87,14 @@ def cached_trace_summary(trace: Path) -> dict[str, Any]:
             value = summarize_trace(trace)
         except TraceError as e:
             value = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - a flaw of the analysis on this trace: said
+            # as this job's profile error (not cached, so a fix reaches it at once), so that
+            # one trace never takes down the sweep's table and report
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            raise TraceError(
+                f"{trace}: the trace analysis failed: {type(e).__name__}: "
+                f"{' '.join(str(e).split())} (at {Path(where.filename).name}:{where.lineno})"
+            ) from e
         _write_cache(trace, key, value)
     if "error" in value:
         raise TraceError(value["error"])
@@ -93,6 +114,13 @@ def job_profile(job_dir: Path | str) -> dict[str, Any]:
         return {"error": str(e)}
     except (OSError, ValueError) as e:
         return {"error": f"trace analysis failed: {e}"}
+    except Exception as e:  # noqa: BLE001 - combining the ranks failed: this job's error
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return {
+            "error": f"{JobDir(job_dir).traces}: combining the ranks' summaries failed: "
+            f"{type(e).__name__}: {' '.join(str(e).split())} "
+            f"(at {Path(where.filename).name}:{where.lineno})"
+        }
 
 
 def job_profiles(job_dirs: list[Path], *, workers: int | None = None) -> dict[Path, dict]:

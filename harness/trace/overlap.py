@@ -322,6 +322,8 @@ def _call_issues(
     issue_thread = np.full(comm_idx.size, -1, dtype=np.int64)
     api = np.flatnonzero(on_main & collective_api_mask(events))
     api = api[np.argsort(ts[api], kind="stable")]
+    if api.size == 0:  # no call the classifier knows (another torch's names): unknown
+        return issue_time, issue_thread
     # one call per collective: drop API events nested in the call before them
     api = api[np.r_[True, ts[api][1:] >= np.maximum.accumulate(end[api])[:-1]]]
     k = 0

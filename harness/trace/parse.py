@@ -172,6 +172,7 @@ class _Columns:
         self.thread_names: dict[tuple[str, str], str] = {}
         self.ignored: dict[str, int] = {}
         self.collectives: list[tuple[Any, ...]] = []
+        self.untimed: dict[str, int] = {}  # name -> complete events without ts or dur
 
     def add(self, e: Any) -> None:
         if not isinstance(e, dict):
@@ -180,7 +181,9 @@ class _Columns:
         if ph == "X":
             dur = e.get("dur")
             ts = e.get("ts")
-            if dur is None or ts is None:
+            if not isinstance(dur, (int, float)) or not isinstance(ts, (int, float)):
+                untimed = str(e.get("name", ""))
+                self.untimed[untimed] = self.untimed.get(untimed, 0) + 1
                 return
             cat = e.get("cat") or ""
             if cat not in KNOWN_CATEGORIES:
@@ -346,6 +349,12 @@ def load_trace(path: Path | str) -> Trace:
         raise TraceError(f"{path}: truncated or corrupt gzip stream ({e})") from e
     except (UnicodeDecodeError, OSError) as e:
         raise TraceError(f"{path}: unreadable trace ({e})") from e
+    if cols.untimed:  # without them the busy time would silently shrink
+        n, first = sum(cols.untimed.values()), next(iter(cols.untimed))
+        raise TraceError(
+            f"{path}: {n} complete (ph 'X') events have no numeric ts or dur (the first: "
+            f"{first!r}); this is not a trace torch.profiler wrote, profile the job again"
+        )
     events = cols.frame()
     if events.empty:
         raise TraceError(f"{path}: trace holds no complete (ph 'X') events")

@@ -7,7 +7,6 @@ each with a one-line warning naming the file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,9 @@ from harness.trace.overlap import (
     unit_table,
 )
 from harness.trace.parse import Trace, TraceError, load_trace
+from harness.trace.rank_files import RANK_FILE, every_rank_once, one_file_per_rank
 
-_RANK_FILE = re.compile(r"^rank(\d+)\.json(\.gz)?$")
+_RANK_FILE = RANK_FILE
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,11 @@ def summarize_trace(path: Path | str) -> dict[str, Any]:
     summary = aggregate(a.steps)
     if a.trace.ignored:  # only then, so tables of ordinary traces keep their columns
         summary["ignored_events"] = sum(a.trace.ignored.values())
+    world = (a.trace.metadata.get("distributedInfo") or {}).get("world_size")
     return {
         "path": str(a.trace.path),
         "rank": a.rank,
+        "world_size": world if isinstance(world, int) else None,
         "kind": a.kind,
         "steps": _records(a.steps),
         "units": _records(a.units),
@@ -162,9 +164,11 @@ def summarize_job(
     paths = find_traces(job_dir)
     if not paths:
         raise TraceError(f"{JobDir(job_dir).traces}: no rank<r>.json[.gz] trace files")
+    one_file_per_rank(paths)
+    summaries = [summarize(p) for p in paths]
+    every_rank_once(job_dir, paths, summaries)
     tables, per_rank, units, kinds, warnings, ignored = [], {}, [], set(), [], 0
-    for p in paths:
-        t = summarize(p)
+    for t in summaries:
         kinds.add(t["kind"])
         steps = pd.DataFrame(t["steps"], columns=STEP_COLUMNS).astype({"overlap_pct": float})
         tables.append(steps.assign(rank=t["rank"]))

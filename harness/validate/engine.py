@@ -44,9 +44,17 @@ def engine_errors(engine: EngineConfig) -> list[str]:
     return ([label_error] if label_error else []) + _ignored_options(engine)
 
 
+# Options every label fixes, whatever its adapter: a comparison never compiles one side
+# only, so blocks are compiled under the labels registered so (fsdp2_compile and
+# yafsdp_compile, compared with each other) and never under an eager label's description.
+FIXED_BY_EVERY_LABEL = frozenset({"compile_blocks"})
+
+
 def _identifying(name: str) -> list[str]:
-    """The options that tell apart the labels of adapter `name` (fsdp2: async_unshard)."""
-    return sorted({key for s in ENGINE_SPECS if s.name == name for key in s.options})
+    """The options that tell apart the labels of adapter `name` (fsdp2: async_unshard),
+    and those every label fixes."""
+    own = {key for s in ENGINE_SPECS if s.name == name for key in s.options}
+    return sorted(own | FIXED_BY_EVERY_LABEL)
 
 
 def _registered_as(engine: EngineConfig) -> str | None:
@@ -73,6 +81,12 @@ def _label_error(engine: EngineConfig, label: str) -> str | None:
 
     match = _registered_as(engine)
     fix = f"use engine={match} for these settings, or " if match else "use "
+    if match is None and "compile_blocks" in differ:
+        compiled = " or ".join(s.label for s in ENGINE_SPECS if s.options.get("compile_blocks"))
+        fix = (
+            f"a comparison never compiles one side only, so blocks are compiled under "
+            f"{compiled} alone: use one of them, or "
+        )
     return (
         f"engine.label={engine.label} is the registered engine with {settings(registered)}, "
         f"but this config has {settings(engine)}, so the report would name it for an engine "

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,38 @@ def test_without_transformers_only_hf_jobs_are_refused(monkeypatch: pytest.Monke
         "model_impl=hf needs the transformers package, not installed here: "
         "pip install 'transformers>=4.48,<6'"
     ]
+
+
+def test_an_edited_hf_config_is_measured_again(tmp_path, monkeypatch):
+    """The job directory names the config.json's path; what the file says is recorded too,
+    so an edit (another layer count) is a config change and the old result is set aside."""
+    import harness.job.launch
+    from harness.job import run
+    from harness.jobdir.result import make_result, read_result, write_result
+
+    model = write_config(tmp_path, "tiny", LLAMA)
+    cfg = JobConfig(model=model, device="cpu", gpus=1, steps=1, warmup_steps=1)
+    job_dir = tmp_path / "job"
+    launched = []
+
+    def fake_launch(cfg, job_dir, *, on_poll=None):  # stands for the ranks' measurement
+        launched.append(cfg)
+        write_result(job_dir, make_result(status="ok", config=asdict(cfg)))
+        return 0, False
+
+    monkeypatch.setattr(harness.job.launch, "launch_local", fake_launch)
+    monkeypatch.setattr(run, "decide_result", lambda cfg, job_dir, **kw: read_result(
+        job_dir / "result.json"))  # fmt: skip
+    said: list[str] = []
+    assert run.run_job(cfg, job_dir, say=said.append).ran
+    assert not run.run_job(cfg, job_dir, say=said.append).ran  # unchanged: it stands
+    config_json = Path(model.removeprefix("hf:"))
+    config_json.write_text(json.dumps({**LLAMA, "num_hidden_layers": 3}))
+    assert run.run_job(cfg, job_dir, say=said.append).ran, said
+    assert "model_config_sha256" in said[-1]
+    assert len(launched) == 2
+    # a result recorded before the hash was kept still stands for its job (and reads)
+    old = read_result(job_dir / "result.json")
+    old.config.pop("model_config_sha256")
+    write_result(job_dir, old)
+    assert not run.run_job(cfg, job_dir, say=said.append).ran

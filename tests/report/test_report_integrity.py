@@ -67,6 +67,23 @@ def test_engine_knobs_that_come_with_the_label_are_no_variant(tmp_path: Path) ->
     assert "async_unshard" not in text and "| setting |" not in text
 
 
+def test_a_baseline_knob_off_its_registered_value_is_a_variant(tmp_path: Path) -> None:
+    """Every fsdp1 job reduced in bf16: not the published baseline (fp32 reduce), so its
+    rows are a variant, and the table under the published heading says so."""
+    sweep = tmp_path / "sweep"
+    for job, engine in (("a", "yafsdp"), ("b", "fsdp1")):
+        path = write_job(sweep, job, engine=engine)
+        if engine == "fsdp1":
+            result = json.loads(path.read_text())
+            result["config"]["engine"]["reduce_dtype"] = "bf16"
+            path.write_text(json.dumps(result))
+    text = build_report([sweep], tmp_path / "out").read_text()
+    section = text.split("### YaFSDP vs FSDP1")[1].split("\n## ")[0]
+    assert "engine.reduce_dtype=bf16" in section
+    assert "not FSDP1 as the heading describes it" in section
+    assert "engine.reduce_dtype=bf16 (registered: fp32)" in section
+
+
 def test_a_report_of_a_running_sweep_says_so_and_names_the_jobs_in_flight(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

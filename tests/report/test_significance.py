@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -117,3 +118,45 @@ def test_points_whose_runs_met_uneven_interference_are_flagged(tmp_path: Path) -
     assert published_row(text)[4].endswith("⚠ uneven interference")
     assert "llama_tiny, 2 GPUs, seq 128, ckpt 0: other processes took 5% to 60% of the CPUs" in text
     assert "others 60% CPU, load 3.0→4.0" in text  # the job's own cell
+
+
+def _rounds(path: Path, round_id: str, started: str) -> None:
+    """Stamp a hand-made result with the round it ran in (as the runner records it)."""
+    result = json.loads(path.read_text())
+    result.update(round=round_id, started_at=started, ended_at=started)
+    path.write_text(json.dumps(result))
+
+
+def test_repeats_that_ran_in_different_rounds_are_not_paired(tmp_path: Path) -> None:
+    """fsdp1's third run was measured by a resume days later: repeat 2 of yafsdp and of
+    fsdp1 never ran together, so they are no pair, and the cell says so."""
+    sweep = tmp_path / "s"
+    for r, (ty, tf) in enumerate([(0.90, 1.0), (0.92, 1.0), (0.50, 1.0)]):
+        y = write_job(sweep, f"y{r}", engine="yafsdp", repeat=r, repeats=3, step_times=[ty] * 5)
+        f = write_job(sweep, f"f{r}", engine="fsdp1", repeat=r, repeats=3, step_times=[tf] * 5)
+        _rounds(y, "2026-11-01T10:00:00Z host:1", f"2026-11-01T10:0{r}:00+00:00")
+        later = r == 2
+        _rounds(f, "2026-11-04T09:00:00Z host:2" if later else "2026-11-01T10:00:00Z host:1",
+                f"2026-11-0{4 if later else 1}T10:0{r}:30+00:00")  # fmt: skip
+    text = build_report([sweep], tmp_path / "out").read_text()
+    row = published_row(text)
+    assert row[4].startswith("9.00% [") and "2 repeats (1 from another round)" in row[4]
+    assert row[5:] == ["0.9100", "1.000"]  # the medians over the pairs' runs
+    assert "ran beside it" not in text
+    assert "one round" in text
+
+
+def test_a_failed_repeat_is_said_and_the_times_are_those_of_the_pairs(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    for r, ty in enumerate([0.90, 0.92, 0.50]):
+        write_job(sweep, f"y{r}", engine="yafsdp", repeat=r, repeats=3, step_times=[ty] * 5)
+        write_job(sweep, f"f{r}", engine="fsdp1", repeat=r, repeats=3,
+                  status="failed" if r == 2 else "ok", error="rank 1: crash" if r == 2 else None,
+                  step_times=[1.0] * 5)  # fmt: skip
+    text = build_report([sweep], tmp_path / "out").read_text()
+    row = published_row(text)
+    assert "2 repeats (1 failed)" in row[4]
+    assert row[5:] == ["0.9100", "1.000"]  # not 0.9000, the median over every ok run
+    # results that record no round: their pairs are not claimed to have run together
+    assert "ran beside it" not in text
+    assert "no round recorded" in text

@@ -52,6 +52,8 @@ def test_a_dry_run_submits_nothing_and_prints_each_sbatch_request(tmp_path: Path
         # the request, its chain, environment and script, the planner's row, the job's line
         assert "--nodes=8" in lines[i] and "--gpus-per-node=8" in lines[i]
         assert f"--job-name=llama2_7b-g64-s128-c0-{name} " in lines[i]
+        # job_timeout_s=3600, then the warning's signal_delay_s=15 and SLURM's 60 s
+        assert "--time=62" in lines[i]
         assert lines[i + 1].strip().startswith("chain: ")
         planner = next(k for k in range(i, len(lines)) if lines[k].strip().startswith("planner:"))
         script = [line.strip() for line in lines[i + 2 : planner]]
@@ -74,3 +76,17 @@ def test_jobs_that_sbatch_refuses_are_counted_in_the_summary(tmp_path: Path) -> 
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "sweep done: 2 jobs" in proc.stdout and "2 failed" in proc.stdout, proc.stdout
     assert "none finished" not in proc.stdout
+
+
+def test_a_time_limit_shorter_than_the_job_needs_is_refused_before_submission(
+    tmp_path: Path,
+) -> None:
+    env, calls = _fake_sbatch(tmp_path)
+    proc = _slurm_sweep(
+        env, tmp_path / "sweep", "engine=yafsdp", "gpus=2", "device=cpu",
+        "hydra.launcher.time_min=1", "dry_run=true",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert not calls.exists(), f"sbatch was called: {calls.read_text()}"
+    assert "hydra.launcher.time_min=1 is shorter than the job needs" in out, out[-3000:]
+    assert "set time_min=62 or more" in out

@@ -182,18 +182,20 @@ def test_job_past_its_wall_clock_limit_is_a_timeout(slurm_cluster: None, tmp_pat
         "gpus=2",
         "fault.kind=hang",
         "collective_timeout_s=600",  # only the wall-clock limit can end this job
-        "job_timeout_s=30",  # rounds up to SLURM's --time=1
+        "job_timeout_s=30",  # with the warning's 15 s and SLURM's 60 s: --time=2
     )
     (job_dir,) = _jobs(tmp_path).values()
     result = read_result(job_dir / "result.json")
     assert result.status == "timeout"
-    assert "job_timeout_s=30" in result.error and "--time=1 min" in result.error
+    assert "job_timeout_s=30" in result.error and "--time=2 min" in result.error
     record = json.loads((job_dir / "slurm.json").read_text())
     # SLURM may send its warning signal up to 60 s before the limit (its event resolution);
     # submitit then ends the job itself as timed out, and sacct says FAILED, not TIMEOUT.
     logs = "".join(Path(record[k]).read_text() for k in ("stdout", "stderr"))
     ended_by_warning = "not requeued because: timed-out" in logs
     assert record["state"] == "TIMEOUT" or (record["state"] == "FAILED" and ended_by_warning)
+    said = "exceeded its wall-clock limit" if record["state"] == "TIMEOUT" else "warning signal"
+    assert said in result.error
 
 
 def _sacct_state(slurm_id: str) -> str:

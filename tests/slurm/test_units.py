@@ -46,11 +46,12 @@ def test_refusal_names_the_fields_and_the_fix():
 
 
 def test_time_limit_rounds_up_to_whole_minutes():
-    assert time_limit_min(3600) == 60
-    assert time_limit_min(61) == 2
-    assert time_limit_min(5) == 1
+    # job_timeout_s, then SLURM's warning: signal_delay_s and its 60 s resolution
+    assert time_limit_min(3600, 15) == 62
+    assert time_limit_min(45, 15) == 2
+    assert time_limit_min(46, 15) == 3
     with pytest.raises(ShapeError):
-        time_limit_min(0)
+        time_limit_min(0, 15)
 
 
 def test_rank_env_ignores_inherited_distributed_variables(monkeypatch):
@@ -201,3 +202,37 @@ def test_wall_clock_signal_in_rank0_is_a_timeout(tmp_path: Path):
     fail(tmp_path, 0, RuntimeError("Job not requeued because: timed-out and not checkpointable."))
     result, _ = decide(tmp_path, CFG, _end("FAILED"))
     assert result.status == "timeout" and "job_timeout_s=90" in result.error
+
+
+def test_the_warning_signal_is_said_not_called_a_blown_limit(tmp_path: Path):
+    """SLURM may send its warning (USR2, signal_delay_s before --time) up to 60 s early;
+    submitit then ends the job itself and sacct says FAILED: the row says the warning
+    ended it, not that the job ran past its wall-clock limit."""
+    fail(tmp_path, 0, RuntimeError("Job not requeued because: timed-out and not checkpointable."))
+    result, _ = decide(tmp_path, CFG, _end("FAILED"))
+    assert result.status == "timeout"
+    assert "warning signal" in result.error and "exceeded" not in result.error
+    assert "--time=2 min" in result.error and "job_timeout_s=90" in result.error
+    # SLURM's own TIMEOUT is the limit itself
+    result, _ = decide(tmp_path / "x", CFG, _end("TIMEOUT"))
+    assert "exceeded its wall-clock limit" in result.error
+
+
+@pytest.mark.parametrize(("timeout_s", "delay_s"), [(30, 15), (3600, 15), (5, 0), (600, 120)])
+def test_the_derived_time_limit_leaves_the_job_its_timeout_before_any_warning(
+    timeout_s: float, delay_s: int
+):
+    # the earliest warning: signal_delay_s before the end, and SLURM's 60 s resolution
+    earliest_warning_s = time_limit_min(timeout_s, delay_s) * 60 - delay_s - 60
+    assert earliest_warning_s >= timeout_s
+
+
+def test_a_time_limit_shorter_than_the_job_needs_is_refused():
+    from harness.slurm.resources import time_limit_error
+
+    error = time_limit_error(time_min=1, job_timeout_s=3600, signal_delay_s=15)
+    assert error is not None
+    assert "time_min=1" in error and "job_timeout_s=3600" in error and "signal_delay_s=15" in error
+    assert f"time_min={time_limit_min(3600, 15)}" in error  # the fix
+    assert time_limit_error(time_min=None, job_timeout_s=3600, signal_delay_s=15) is None
+    assert time_limit_error(time_min=62, job_timeout_s=3600, signal_delay_s=15) is None

@@ -55,37 +55,109 @@ def test_the_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
         _end(family)
 
 
-def test_a_rerun_ends_an_earlier_attempt_still_running(tmp_path: Path) -> None:
-    from harness.job.strays import ATTEMPT_FILE, end_stray_attempt
-
-    # A process group left by a runner that died: it looks like torch's spawned ranks.
-    stray = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)  # spawn_main"],
+def _launcher_like(job_dir: Path) -> subprocess.Popen:
+    """A process group led by what looks like this job's rank launcher (its command line
+    names the module and the job directory, as `python -m harness.job.launch <dir>`)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "harness.job.launch", str(job_dir)],
         start_new_session=True,
     )
+
+
+def _record(job_dir: Path, pgid: int, **fields: object) -> None:
+    from harness.job.strays import ATTEMPT_FILE
+
+    record = {"pgid": pgid, "host": socket.gethostname(), "runner_pid": 1, **fields}
+    (job_dir / ATTEMPT_FILE).write_text(json.dumps(record))
+
+
+def _boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_a_rerun_ends_an_earlier_attempt_still_running(tmp_path: Path) -> None:
+    from harness.job.strays import ATTEMPT_FILE, end_stray_attempt, record_attempt
+
+    stray = _launcher_like(tmp_path)  # left by a runner that died
     try:
-        record = {"pgid": stray.pid, "host": socket.gethostname(), "runner_pid": 1}
-        (tmp_path / ATTEMPT_FILE).write_text(json.dumps(record))
+        record_attempt(tmp_path, stray.pid)
         said = end_stray_attempt(tmp_path)
         assert said is not None and f"process group {stray.pid}" in said
         assert stray.wait(timeout=10) == -signal.SIGKILL
         assert not (tmp_path / ATTEMPT_FILE).exists()
         assert end_stray_attempt(tmp_path) is None  # nothing left: nothing to say
     finally:
-        stray.kill()
-        stray.wait()
+        _stop(stray)
 
 
 def test_an_unrelated_process_group_is_left_alone(tmp_path: Path) -> None:
-    from harness.job.strays import ATTEMPT_FILE, end_stray_attempt
+    from harness.job.strays import end_stray_attempt
 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        record = {"pgid": other.pid, "host": socket.gethostname(), "runner_pid": 1}
-        (tmp_path / ATTEMPT_FILE).write_text(json.dumps(record))
+        _record(tmp_path, other.pid)
         assert end_stray_attempt(tmp_path) is None
         time.sleep(0.2)
         assert other.poll() is None
     finally:
-        other.kill()
-        other.wait()
+        _stop(other)
+
+
+def test_a_reused_pid_is_left_alone_though_its_command_line_fits(tmp_path: Path) -> None:
+    """A stale attempt.json (its runner SIGKILLed) whose PID now leads another group, one
+    that even looks like a launcher of this job: its start time is not the recorded one."""
+    from harness.job.strays import end_stray_attempt
+
+    other = _launcher_like(tmp_path)
+    try:
+        # clock ticks since boot: the process that held the PID then is long gone
+        _record(tmp_path, other.pid, leader_start=1, boot_id=_boot_id())
+        assert end_stray_attempt(tmp_path) is None
+        _record(tmp_path, other.pid)  # an older attempt.json: no start time, no proof
+        assert end_stray_attempt(tmp_path) is None
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        _stop(other)
+
+
+def test_a_spawned_worker_of_another_job_is_left_alone(tmp_path: Path) -> None:
+    """Every multiprocessing spawn worker says `spawn_main`: that is no proof of this job."""
+    from harness.job.strays import end_stray_attempt, record_attempt
+
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)  # spawn_main"],
+        start_new_session=True,
+    )
+    try:
+        record_attempt(tmp_path, other.pid)  # its start time fits: its command line does not
+        assert end_stray_attempt(tmp_path) is None
+        _record(tmp_path, other.pid)
+        assert end_stray_attempt(tmp_path) is None
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        _stop(other)
+
+
+def test_a_skipped_job_looks_for_no_stray(tmp_path: Path, monkeypatch) -> None:
+    from dataclasses import asdict
+
+    from harness.config import JobConfig
+    from harness.job import run
+    from harness.jobdir.result import make_result, write_result
+
+    cfg = JobConfig(device="cpu", gpus=1)
+    write_result(tmp_path, make_result(status="ok", config=asdict(cfg)))
+
+    def must_not_run(job_dir: Path) -> None:
+        raise AssertionError("end_stray_attempt ran for a job whose ok result stands")
+
+    monkeypatch.setattr(run, "end_stray_attempt", must_not_run)
+    outcome = run.run_job(cfg, tmp_path, say=lambda line: None)
+    assert outcome.result.ok and not outcome.ran

@@ -61,6 +61,15 @@ def test_a_label_that_disagrees_with_its_engine_is_refused(
     refused(job(engine=config), field, fix)
 
 
+@pytest.mark.parametrize("label", ["fsdp1", "deepspeed", "yafsdp", "local"])
+def test_a_compiled_label_that_is_registered_eager_is_refused(label: str) -> None:
+    """A comparison never compiles one side only: a compiled fsdp1 would stand against an
+    eager yafsdp under fsdp1's published description."""
+    error = refused(job(engine=engine(label, compile_blocks=True)), "engine.compile_blocks=true")
+    assert f"engine.label={label}" in error and "compile" in error
+    assert "fsdp2_compile" in error or "yafsdp_compile" in error
+
+
 def test_every_registered_engine_and_its_free_options_pass() -> None:
     from harness.engines.upstream import available
 

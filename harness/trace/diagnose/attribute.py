@@ -24,6 +24,7 @@ from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.lanes import no_steps_reason
 from harness.trace.overlap import step_windows
 from harness.trace.parse import Trace, TraceError, load_trace
+from harness.trace.rank_files import checked_traces
 from harness.trace.summary import _recorded_on_gpu, find_traces
 from harness.trace.sweep_line import Tally
 
@@ -133,7 +134,7 @@ def attribute_job(job_dir: Path | str) -> list[StepAttribution]:
     """Every rank's trace of a job directory (traces/rank<r>.json[.gz]), attributed, with
     the job's bandwidth probe as a yardstick where it recorded one."""
     job_dir = Path(job_dir)
-    paths = find_traces(job_dir)
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{job_dir / 'traces'}: no rank<r>.json[.gz] trace files")
     probe = _probe(job_dir)

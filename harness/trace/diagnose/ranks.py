@@ -34,6 +34,7 @@ from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.diagnose.yardstick import collective_kind
 from harness.trace.overlap import Intervals, intersect, subtract
 from harness.trace.parse import TraceError, load_trace
+from harness.trace.rank_files import checked_traces, every_rank_once
 from harness.trace.summary import Analysis, analyse, find_traces
 
 _US = 1e-6
@@ -309,10 +310,18 @@ def late_arrivals(cross: CrossRank, shown: int = 3) -> list[str]:
 
 
 def analyse_job(job_dir: Path | str) -> list[Analysis]:
-    paths = find_traces(job_dir)
+    paths = checked_traces(find_traces(job_dir))
     if not paths:
         raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
-    return [analyse(load_trace(p)) for p in paths]
+    analyses = [analyse(load_trace(p)) for p in paths]
+    every_rank_once(Path(job_dir), paths, [_rank_record(a) for a in analyses], all_ranks=False)
+    return analyses
+
+
+def _rank_record(a: Analysis) -> dict[str, object]:
+    """The rank and world size a trace records, as rank_files checks them."""
+    world = (a.trace.metadata.get("distributedInfo") or {}).get("world_size")
+    return {"rank": a.rank, "world_size": world if isinstance(world, int) else None}
 
 
 def job_cross_rank(job_dir: Path | str) -> CrossRank:
