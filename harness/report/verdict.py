@@ -43,6 +43,8 @@ def _missing(row: Speedup, baseline: str) -> str | None:
             said.append(f"{label} did not run")
         elif job["status"] != "ok":
             said.append(f"{label} {STATUS_CELL.get(str(job['status']), job['status'])}")
+    if not said and row.other_round:  # both finished, in different runner invocations
+        said.append(f"no pair ({row.other_round} from another round: rerun both together)")
     return "no comparison: " + (", ".join(said) or "no pair of runs finished on both sides")
 
 
