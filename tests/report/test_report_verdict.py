@@ -43,3 +43,17 @@ def test_the_first_screen_is_the_verdict(tmp_path: Path) -> None:
     )
     assert "Speedup = (T_fsdp - T_yafsdp) / T_fsdp" not in head  # definitions at the end
     assert text.rstrip().split("\n## ")[-1].startswith("Definitions")
+
+
+def test_runs_of_different_rounds_are_no_comparison_and_say_why() -> None:
+    import pandas as pd
+
+    from harness.jobdir.grid_point import GridPoint
+    from harness.report.speedups import Speedup
+    from harness.report.verdict import verdict_line
+
+    key = GridPoint.of({"model": "llama_tiny", "gpus": 2, "seq_len": 32, "ckpt_layers": 0})
+    ok = pd.Series({"status": "ok"})
+    row = Speedup(key, ok, ok, None, None, False, other_round=1)
+    line = verdict_line(row, "fsdp1")
+    assert line.endswith("no comparison: no pair (1 from another round: rerun both together)")
