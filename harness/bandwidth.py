@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.placement import DTYPES, synchronize
-from harness.rank.environment import nccl_version
+from harness.dtypes import DTYPES
+from harness.placement import nccl_version, synchronize
 from yafsdp_impl import all_gather, has_native_reduce_scatter, reduce_scatter
 
 SCHEMA = "yafsdp-bench.calibration/1"
@@ -116,7 +116,7 @@ def measure(
 def probe_bandwidth(cfg: Any, device: torch.device) -> dict[str, Any]:
     """A job's probe (`probe_bandwidth=true`): the job's block and largest unit sizes."""
     from harness.models.shapes import shape_of
-    from harness.plan.units import fsdp1_units
+    from harness.models.units import fsdp1_units
 
     p = dist.get_world_size()
     units = fsdp1_units(shape_of(cfg.model), p)

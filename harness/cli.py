@@ -38,13 +38,12 @@ from harness.job.run import (
     run_job,
 )
 from harness.jobdir.result import Result, make_result
-from harness.slurm import register_plugin
+from harness.slurm import register_plugin, register_sweeper
 from harness.sweep import callbacks, job_dirname
 from harness.sweep.callbacks import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_LOCKED
 from harness.sweep.console import Console, job_label, short_path, swept_extras
 from harness.sweep.dirlock import DirectoryLocked, DirLock, LockUnavailable, acquire
 from harness.sweep.empty_dirs import remove_dry_run_dir, remove_empty_up_to
-from harness.sweep.order import register_sweeper
 from harness.validate import unknown_field_errors
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"

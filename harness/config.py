@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 from harness.models.presets import config_fingerprint
@@ -114,7 +116,7 @@ class DeviceSpec:
 class FaultConfig:
     """A deliberate failure for testing: kind none|crash|hang|oom|kill on `rank` at `step`;
     or kind delay: `rank` sleeps `ms` inside engine range `where`, once a step from `step` on
-    (`harness.rank.fault_delay`)."""
+    (`harness.rank.faults`)."""
 
     kind: str = "none"
     rank: int = 0
@@ -124,6 +126,23 @@ class FaultConfig:
 
 
 FAULT_KINDS = ("none", "crash", "hang", "oom", "kill", "delay")
+
+
+# How long a JobConfig field's value lives, marked once on the field (its `metadata`); a field
+# without a mark is MEASURED. Only MEASURED fields can change a job's measurements: resume
+# ignores the others when it compares a stored config with a requested one, the report never
+# tells jobs apart by them, and a sweep's job directory is not named by them (`exclude_keys`
+# in sweeps/config.yaml, held to this by a test).
+LIFETIME = "lifetime"
+MEASURED = "measured"  # what is measured: model, engine, shape, dtype, steps, ...
+RUNNER = "runner"  # how the runner behaves: console, dry run, rerun, failures, timeouts
+SWEEP = "sweep"  # what the sweep asks for: how many runs of each job
+PLANNER = "planner"  # the planner's hardware: changes a prediction, never a measurement
+LIFETIMES = (MEASURED, RUNNER, SWEEP, PLANNER)
+
+
+def _lives(lifetime: str) -> Mapping[str, str]:
+    return MappingProxyType({LIFETIME: lifetime})
 
 
 @dataclass(kw_only=True)
@@ -147,7 +166,7 @@ class JobConfig:
     # Run each job this many times at its grid point, each run its own job directory and
     # result row; a sweep alternates the engines within a point (A B A B ...), see
     # harness.sweep.order. `repeat` is which run this job is (0-based), set by the sweep.
-    repeats: int = 1
+    repeats: int = field(default=1, metadata=_lives(SWEEP))
     repeat: int = 0
     lr: float = 3e-4
     adamw_impl: str = "fused"  # one of ADAMW_IMPLS, the same for every engine
@@ -157,33 +176,54 @@ class JobConfig:
     threads_per_rank: int = 0  # 0: cores / ranks on CPU
     gpus_per_node: int = 8
     device_memory_gb: float = 0.0  # memory of one device for the fit check; 0: detect locally
-    collective_timeout_s: float = 300.0
-    job_timeout_s: float = 3600.0  # wall-clock limit of the whole job
+    collective_timeout_s: float = field(default=300.0, metadata=_lives(RUNNER))
+    # wall-clock limit of the whole job
+    job_timeout_s: float = field(default=3600.0, metadata=_lives(RUNNER))
     memory_limit_gb: float = 0.0  # 0: no cap; else a job over it ends as oom
     # measure all-gather/reduce-scatter bus bandwidth at the job's unit sizes at its start
     probe_bandwidth: bool = False
-    device_spec: DeviceSpec = field(default_factory=DeviceSpec)
+    device_spec: DeviceSpec = field(default_factory=DeviceSpec, metadata=_lives(PLANNER))
     # The planner's only: the torch version whose engine code and stream priorities a plan
     # models ("": the installed torch's). A job always runs the installed torch.
-    torch_version: str = ""
+    torch_version: str = field(default="", metadata=_lives(PLANNER))
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     # a multirun with a job that is not ok exits 1; true (for drills) lets it exit 0
-    allow_failures: bool = False
+    allow_failures: bool = field(default=False, metadata=_lives(RUNNER))
     # re-measure a job whose ok result would stand (the old one kept as result.previous.<n>.json)
-    rerun: bool = False
+    rerun: bool = field(default=False, metadata=_lives(RUNNER))
     # CUDA only: record the allocator's history in the profiled pass and dump its snapshot
     # (<job dir>/memory_snapshot/rank<r>.pickle, for pytorch.org/memory_viz)
     memory_snapshot: bool = False
-    quiet: bool = False  # console: only the end-of-sweep summary
-    verbose: bool = False  # console: rank 0's output live, and Hydra's own lines
-    dry_run: bool = False  # validate and print the job, start nothing
+    # console: only the end-of-sweep summary
+    quiet: bool = field(default=False, metadata=_lives(RUNNER))
+    # console: rank 0's output live, and Hydra's own lines
+    verbose: bool = field(default=False, metadata=_lives(RUNNER))
+    # validate and print the job, start nothing
+    dry_run: bool = field(default=False, metadata=_lives(RUNNER))
 
     def __post_init__(self) -> None:
         if self.model_impl == MODEL_IMPL_AUTO:
             self.model_impl = "hf" if is_hf_config(self.model) else "native"
         if not self.model_config_sha256:
             self.model_config_sha256 = config_fingerprint(self.model)
+
+
+def lifetime_of(name: str) -> str:
+    """The lifetime of JobConfig's field `name` (a dotted name counts by its first part)."""
+    top = name.split(".")[0]
+    for f in fields(JobConfig):
+        if f.name == top:
+            return str(f.metadata.get(LIFETIME, MEASURED))
+    raise KeyError(f"{top!r} is no field of harness.config.JobConfig")
+
+
+def fields_living(*lifetimes: str) -> frozenset[str]:
+    """JobConfig's top-level fields of the given lifetimes."""
+    unknown = set(lifetimes) - set(LIFETIMES)
+    if unknown:
+        raise ValueError(f"unknown lifetime(s) {sorted(unknown)}; one of {LIFETIMES}")
+    return frozenset(f.name for f in fields(JobConfig) if lifetime_of(f.name) in lifetimes)
 
 
 def config_from_dict(data: dict[str, Any]) -> JobConfig:

@@ -12,13 +12,6 @@ import torch
 
 from harness.config import JobConfig
 
-# The job's dtype names (JobConfig.dtype, EngineConfig.reduce_dtype) as torch dtypes.
-DTYPES: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-    "fp32": torch.float32,
-}
-
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on the CPU, whose ops are synchronous)."""
@@ -102,3 +95,11 @@ class Placement:
     def job(self, cfg: JobConfig) -> JobConfig:
         """`cfg` as this rank runs it (what the planner is given)."""
         return placed(cfg, self.device)
+
+
+def nccl_version() -> str:
+    """NCCL's version, as '2.21.5'. `torch.cuda.nccl` is a submodule `import torch` does
+    not load: imported here, not reached as an attribute that exists only by chance."""
+    import torch.cuda.nccl as nccl
+
+    return ".".join(map(str, nccl.version()))

@@ -32,8 +32,8 @@ from IPython import get_ipython
 from IPython.display import display
 
 from harness.jobdir.grid_point import POINT_COLUMNS as POINT
-from harness.report.compare import with_variants
 from harness.report.jobs import ReportJobs
+from harness.report.matching import with_variants
 from harness.report.tables import speedup_table
 from harness.results.latest import REPO_ROOT, repo_path
 from harness.results.table import read_results_csv, write_results_csv

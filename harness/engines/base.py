@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from harness.config import EngineConfig
+from harness.config import ADAMW_IMPLS, EngineConfig
 
 
 @dataclass(kw_only=True)
@@ -129,3 +129,18 @@ def canonical_module_name(name: str) -> str:
     from harness.models.init_weights import canonical_name
 
     return canonical_name(name + ".").rstrip(".")
+
+
+# The optimizer every engine steps with; an engine that owns its step (DeepSpeed) builds it
+# here too, so that no engine reaches into the rank's loop for it.
+def build_optimizer(params: Iterable[torch.Tensor], *, lr: float, impl: str) -> torch.optim.AdamW:
+    """AdamW with the implementation `impl` (fused, foreach or for-loop), for every engine."""
+    if impl not in ADAMW_IMPLS:
+        raise ValueError(f"adamw_impl={impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}")
+    return torch.optim.AdamW(
+        params, lr=lr, weight_decay=0.0, fused=impl == "fused", foreach=impl == "foreach"
+    )
+
+
+def optimizer_description(impl: str) -> str:
+    return f"torch.optim.AdamW({impl}, weight_decay=0)"

@@ -26,7 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.engines.base import RunContext, Wrapped, canonical_module_name, dtype_name
+from harness.engines.base import (
+    RunContext,
+    Wrapped,
+    build_optimizer,
+    canonical_module_name,
+    dtype_name,
+)
 from harness.engines.deepspeed_ranges import add_profiler_ranges
 from harness.models.build import decoder_parts
 from harness.models.init_weights import initial_value
@@ -135,8 +141,6 @@ class DeepSpeedEngine:
     def wrap(self, model: nn.Module, ctx: RunContext) -> Wrapped:
         deepspeed = import_deepspeed()
         from deepspeed.utils import set_z3_leaf_modules_by_name
-
-        from harness.rank.train_step import build_optimizer
 
         use_placed_gpu(ctx.device)
         parts = decoder_parts(model)

@@ -65,6 +65,9 @@ class YaFSDPEngine:
                 "gradient_sync": "every micro-batch",
                 "clip": "YaFSDP.clip_grad_norm_ (norms summed in backward, one all-reduce)",
                 "buffer_plan": plan_setting(engine),
+                # the budget the plan was chosen for (None: none, the smallest plan); the
+                # report holds the job's prediction.json to it
+                "memory_budget_bytes": ctx.memory_budget_bytes,
                 "prefetch": (
                     "next step's first gathers issued and waited at the step's end"
                     if self.prefetch_next_step

@@ -10,6 +10,6 @@ Suite D: the give-way probe (`python -m harness.plan.probe give-way`): a side ke
 for SMs behind the model's GEMMs at stream priority 0 and -1, written as a calibration file.
 They run in the order asked (default A, B, D, C: `schedule`), each announced with its
 estimated GPU minutes; the report is written after every row, and C takes what the run's
-deadline leaves. The report and its arithmetic (`outcome`, `report`, `schedule`, `parity`,
-`delay_model`, `footprint`) import no torch; the suites do.
+deadline leaves. The report and its arithmetic (`check_rows`, `report`, `schedule`,
+`judging`, `footprint`) import no torch; the suites do.
 """

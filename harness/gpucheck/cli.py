@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.gpucheck.outcome import Check, counts, exit_code, skipped
+from harness.gpucheck.check_rows import Check, counts, exit_code, skipped
 from harness.gpucheck.report import device_slug, write_report
 from harness.gpucheck.schedule import DEFAULT_DEADLINE_S, ELASTIC, ORDER, Deadline, Work, order
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.gpucheck.outcome import Check, counts
+from harness.gpucheck.check_rows import Check, counts
+from harness.markdown import markdown_table
 
 MARKDOWN, JSON = "gpu-check.md", "gpu-check.json"
 CPU_SLUG = "cpu"
@@ -41,10 +42,6 @@ def _figure(value: Any) -> str:
     return str(value)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(meta: dict[str, Any], rows: Sequence[Check]) -> str:
     c = counts(rows)
     gpu = meta.get("cuda_device")
@@ -67,18 +64,15 @@ def render_markdown(meta: dict[str, Any], rows: Sequence[Check]) -> str:
         ),
         f"- {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skip']} skipped",
         "",
-        "| check | what it proves | result | figures |",
-        "| --- | --- | --- | --- |",
     ]
+    cells = []
     for r in rows:
         result = f"**{r.result}**" if r.result in ("fail", "error") else r.result
         if r.detail:
             result += f": {r.detail}"
         figures = "; ".join(f"{k}={_figure(v)}" for k, v in r.figures.items())
-        lines.append(
-            f"| {_cell(f'{r.suite}{r.check}')} | {_cell(r.proves)} | {_cell(result)} | "
-            f"{_cell(figures)} |"
-        )
+        cells.append([f"{r.suite}{r.check}", r.proves, result, figures])
+    lines.append(markdown_table(["check", "what it proves", "result", "figures"], cells))
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import yafsdp_impl._collectives as collectives  # the engine calls them through it
-from harness.rank.cuda_clock import cycles_per_second
+from harness.rank.faults import cycles_per_second
 from harness.rank.session import Session
 
 __all__ = ["cycles_per_second"]  # suite A's clock, measured as a delay fault measures it

@@ -21,10 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.gpucheck import delay_model
-from harness.gpucheck.outcome import Check, Verdict, run_check
-from harness.gpucheck.parity import Trace, compare
-from harness.gpucheck.snapshot import engine_frame, frames_of, steady_offenders
+from harness.gpucheck import judging as delay_model
+from harness.gpucheck.check_rows import Check, Verdict, run_check
+from harness.gpucheck.judging import Trace, compare, engine_frame, frames_of, steady_offenders
 from harness.gpucheck.stress import (
     cycles_per_second,
     delayed_forward_gathers,

@@ -23,8 +23,8 @@ from pathlib import Path
 from harness.config import JobConfig, ProfileConfig
 from harness.engines import upstream
 from harness.engines.registry import REFERENCE, YAFSDP
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
-from harness.gpucheck.parity import Trace, compare
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
+from harness.gpucheck.judging import Trace, compare
 from harness.gpucheck.training import engine_config
 from harness.models.hf import transformers_missing
 

@@ -21,14 +21,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.dtypes import DTYPES
 from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import build, release_cuda_memory, storage_bytes, train_step
 from harness.jobdir.grid_point import POINT_COLUMNS, GridPoint
 from harness.models.init_weights import canonical_name
 from harness.models.shapes import ModelShape, get_shape
-from harness.placement import DTYPES, synchronize
+from harness.placement import synchronize
 from harness.rank.memory_peaks import cuda_memory_outside_allocator
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.gpucheck.outcome import Check, Verdict, run_check
+from harness.gpucheck.check_rows import Check, Verdict, run_check
 
 FILE = "give_way_calibration.json"
 MODEL, SEQ_LEN = "llama2_34b", 2048

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.gpucheck.outcome import Check, Verdict, run_check, skipped
+from harness.gpucheck.check_rows import Check, Verdict, run_check, skipped
 from harness.gpucheck.training import train_step
 from harness.rank.session import Session
 

@@ -22,6 +22,7 @@ from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.strays import end_stray_attempt
 from harness.jobdir.paths import JobDir
+from harness.jobdir.prediction import write_prediction
 from harness.jobdir.rank_outcome import (
     read_rank_exits,
     read_rank_outcomes,
@@ -31,6 +32,7 @@ from harness.jobdir.result import Result, finished_ok, make_result, read_result,
 from harness.jobdir.rounds import stamp_result, utc_now
 from harness.jobdir.verdict import Evidence, verdict, wall_clock_error
 from harness.models.presets import config_fingerprint
+from harness.plan.fit import job_prediction
 from harness.validate import machine as local_machine
 from harness.validate import validation_errors
 
@@ -140,6 +142,7 @@ def _run_job(
     from harness.job.launch import launch_local
 
     JobDir(job_dir).clear_previous_attempt()
+    write_prediction(job_dir, job_prediction(cfg))  # once, before the ranks start
     oom_kills_before = oom_kill_count()
     try:
         exit_code, timed_out = launch_local(cfg, job_dir, on_poll=on_poll)
@@ -238,13 +241,6 @@ def launcher_death(exit_code: int | None, exits: dict) -> str | None:
     except ValueError:
         name = f"signal {-exit_code}"
     return f"the ranks' launcher (python -m harness.job.launch) was killed ({name})"
-
-
-def describe(cfg: JobConfig) -> str:
-    return (
-        f"model={cfg.model} engine={cfg.engine.label} gpus={cfg.gpus} seq_len={cfg.seq_len} "
-        f"ckpt_layers={cfg.ckpt_layers}"
-    )
 
 
 def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Result:

@@ -72,6 +72,11 @@ class GridPoint:
         setting = Setting(**{c: values.get(c) for c in SETTING_COLUMNS}, variant=variant)
         return cls(**{c: values.get(c) for c in POINT_COLUMNS}, setting=setting)
 
+    def words(self) -> str:
+        """`llama_mini gpus=2 seq=256 ckpt=1`: the one spelling of a point in a line of text
+        (the console's job lines, the planner's rows and `--why`, which also reads it)."""
+        return f"{self.model} gpus={self.gpus} seq={self.seq_len} ckpt={self.ckpt_layers}"
+
     def to_dict(self) -> dict[str, Any]:
         """MATCH_COLUMNS and the variant, flat (JSON-ready)."""
         setting = asdict(self.setting)
@@ -87,3 +92,8 @@ class GridPoint:
         if with_setting:
             stem += "_" + re.sub(r"[^A-Za-z0-9]+", "_", self.setting.label()).strip("_")
         return re.sub(r"[^A-Za-z0-9._=-]+", "_", stem)
+
+
+def point_words(values: dict[str, Any]) -> str:
+    """`GridPoint.words` of a config or a row holding POINT_COLUMNS."""
+    return GridPoint.of(values).words()

@@ -1,6 +1,8 @@
 """The files and folders of one job directory, named in one place.
 
     <job dir>/result.json            the job's result (harness.jobdir.result)
+    <job dir>/prediction.json        the planner's prediction, written once when the job
+                                     starts (harness.jobdir.prediction)
     <job dir>/result.previous.<n>.json  earlier attempts' results, set aside on re-runs
                                      (1 the oldest; result.previous.json in older dirs)
     <job dir>/job_config.json        the config the ranks read (local launcher)
@@ -12,6 +14,8 @@
     <job dir>/ranks/launcher.log     the elastic agent's output
     <job dir>/ranks/phase            rank 0's current phase, for the live console line
     <job dir>/traces/rank<r>.json.gz rank r's profiler trace
+    <job dir>/trace_cache/           what the traces say, cached: each trace's summary and
+                                     the job's attribution (harness.trace.cache)
 
 Torch-free: the report and the trace analysis use it too.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from harness.config import PLANNER, RUNNER, SWEEP, fields_living
 from harness.engines.registry import ENGINES
 from harness.jobdir.result import CorruptResultError, Result
 
@@ -28,26 +29,14 @@ FIELDS_ADDED_LATER = {
     "memory_snapshot": False,
 }
 
-# Config fields that cannot change a job's measurements. Resume ignores them when it compares
+# Config fields that cannot change a job's measurements: those whose lifetime
+# (`harness.config`, marked on each field) is not MEASURED. Resume ignores them when it compares
 # a stored result's config with the requested one, and the report never tells jobs apart by
-# them. Everything else in the config counts.
-# device_spec holds the planner's figures: they change predictions, never a measurement.
-# repeats says how many runs the sweep asks for: a run already measured stands whatever
-# their number (`repeat`, which run a job is, is in its directory's name and counts).
-RESULT_NEUTRAL_FIELDS = frozenset(
-    {
-        "dry_run",
-        "quiet",
-        "verbose",
-        "allow_failures",
-        "rerun",
-        "job_timeout_s",
-        "collective_timeout_s",
-        "device_spec",
-        "repeats",
-        "torch_version",  # the torch a plan assumes; a job runs the installed one
-    }
-)
+# them. Everything else in the config counts. device_spec holds the planner's figures: they
+# change predictions, never a measurement. repeats says how many runs the sweep asks for: a
+# run already measured stands whatever their number (`repeat`, which run a job is, is in its
+# directory's name and counts).
+RESULT_NEUTRAL_FIELDS = fields_living(RUNNER, SWEEP, PLANNER)
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

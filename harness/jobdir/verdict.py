@@ -1,6 +1,6 @@
 """A finished job's status and error from the evidence it left: one rule for both
 launchers (the local runner's harness.job.run.decide_result and the SLURM submitter's
-harness.slurm.outcome.decide), so that the same failure reads the same under either.
+harness.slurm.job_end.decide), so that the same failure reads the same under either.
 
 Each launcher gathers what it alone can know (its wall-clock kill, SLURM's state, its rank
 launcher's death, the kernel's OOM kills) into `Evidence`; `verdict` words it. Torch-free.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import JobConfig
+from harness.jobdir.grid_point import point_words
 from harness.plan.calibrate.calibration import Calibration
 from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
 
@@ -226,8 +227,7 @@ def format_why(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
         for lines in (r.get("why") or {}).values():
-            out.append(f"{r['model']} gpus={r['gpus']} seq={r['seq_len']} ckpt={r['ckpt_layers']}: "
-                       + lines[0])  # fmt: skip
+            out.append(f"{point_words(r)}: {lines[0]}")
             out.extend(f"  {line}" for line in lines[1:])
     return "\n".join(out)
 
@@ -273,28 +273,24 @@ POINT_KEYS = {"model": "model", "gpus": "gpus", "seq": "seq_len", "seq_len": "se
 
 
 def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
-    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` (any of
-    these fields; the rest may be left out where only one point has the ones given)."""
+    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` or as the
+    point's words, `llama2_7b gpus=64 seq=2048 ckpt=0` (a first word without `=` is the
+    model); any of these fields, the rest may be left out where only one point has the ones
+    given."""
     wanted: dict[str, str] = {}
-    for part in point.replace(" ", ",").split(","):
-        if not part:
-            continue
-        key, _, value = part.partition("=")
+    for i, part in enumerate(p for p in point.replace(" ", ",").split(",") if p):
+        key, _, value = part.partition("=") if "=" in part or i else ("model", "=", part)
         if key not in POINT_KEYS or not value:
             raise PlanError(f"--why {point}: {part!r} is not field=value of "
                             f"{', '.join(sorted(POINT_KEYS))}")  # fmt: skip
         wanted[POINT_KEYS[key]] = value
     found = [r for r in rows if all(str(r[k]) == v for k, v in wanted.items())]
-    points = sorted({_point_name(r) for r in found})
+    points = sorted({point_words(r) for r in found})
     if len(points) != 1:
-        known = "; ".join(sorted({_point_name(r) for r in rows}))
+        known = "; ".join(sorted({point_words(r) for r in rows}))
         what = "no point" if not points else f"{len(points)} points"
         raise PlanError(f"--why {point} names {what}; the plan's points: {known}")
     return found
-
-
-def _point_name(r: dict[str, Any]) -> str:
-    return f"model={r['model']},gpus={r['gpus']},seq={r['seq_len']},ckpt={r['ckpt_layers']}"
 
 
 def _print_plan(dicts: list[dict[str, Any]], brief: bool, measured: Calibration | None) -> None:
@@ -375,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         from harness.plan.time.cycle import format_cycle
 
         for r in dicts:
-            label = f"{r['engine']} {r['model']} gpus={r['gpus']} seq={r['seq_len']}"
+            label = f"{r['engine']} {point_words(r)}"
             print(format_cycle(label, r.get("cycle")))
         return 0
     if as_json:

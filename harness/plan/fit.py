@@ -1,9 +1,13 @@
-"""The dry run's memory check: the planner's row for the job, and a refusal when the job is
-predicted not to fit its device, naming the fewest checkpointed layers that would."""
+"""What a job asks of the planner before its ranks start: the dry run's memory check (a
+refusal when the job is predicted not to fit its device, naming the fewest checkpointed
+layers that would), and the job's prediction (`prediction.json`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.config import JobConfig
+from harness.jobdir.prediction import TERMS, Prediction
 
 GIB = 2**30
 SHOWN_CLASSES = 4
@@ -81,4 +85,58 @@ def gpu_hours_text(predicted: dict[str, float], gpus: int) -> str:
     return (
         f"{predicted['iteration_time_s']:.3g} s/step x {predicted['steps']:g} steps x {gpus} "
         f"GPUs = {predicted['gpu_hours']:.3g} GPU-hours"
+    )
+
+
+# yafsdp's budget on a GPU without a memory figure: only the rank can read it.
+UNKNOWN_BUDGET = (
+    "yafsdp's memory budget is the GPU's free memory when its engine is built, which the "
+    "runner cannot read without taking GPU memory of its own; set device_memory_gb (a "
+    "hardware profile, e.g. hardware=h100_80gb) or engine.memory_budget_gb to predict it"
+)
+
+
+def _budget(ran: JobConfig) -> tuple[int | None, str]:
+    """The yafsdp budget the ranks' engine will be built with, and where it comes from;
+    ValueError where only the rank can tell (see UNKNOWN_BUDGET)."""
+    from harness.plan.planner import yafsdp_memory_budget
+
+    if ran.engine.name != "yafsdp":
+        return None, ""
+    if ran.engine.memory_budget_gb > 0:
+        return yafsdp_memory_budget(ran), "engine.memory_budget_gb"
+    if ran.device_memory_gb > 0:
+        return yafsdp_memory_budget(ran), "device_memory_gb less the rest of the step"
+    if ran.device == "cuda":
+        raise ValueError(UNKNOWN_BUDGET)
+    return yafsdp_memory_budget(ran), "this machine's memory less the rest of the step"
+
+
+def job_prediction(cfg: JobConfig, device: str | None = None) -> Prediction:
+    """The planner's prediction for the job as its ranks will run it (device and backend
+    resolved as a rank resolves them, yafsdp's budget as its engine gets it); on a yafsdp
+    job with a time prediction, also why each baseline at its point is predicted slower.
+    `device`: the device type of ranks that run elsewhere (a SLURM job's), in place of this
+    machine's. Never raises: a prediction must never cost a measurement."""
+    import torch
+
+    from harness.engines.registry import BASELINES, ENGINES
+    from harness.placement import placed, resolved
+    from harness.plan.planner import add_speedups, plan_row
+
+    try:
+        ran = resolved(cfg) if device is None else placed(cfg, torch.device(device))
+        budget, source = _budget(ran)
+        row = plan_row(ran)
+        if ran.engine.name == "yafsdp" and row.time is not None:
+            others = [replace(ran, engine=ENGINES[b].config()) for b in BASELINES if b in ENGINES]
+            add_speedups([row, *(plan_row(c) for c in others)])
+        planned = row.to_dict()
+    except Exception as e:  # noqa: BLE001 (any planner failure is the prediction's error)
+        return Prediction(error=f"{type(e).__name__}: {e}")
+    return Prediction(
+        terms={k: planned.get(k) for k in TERMS},
+        memory_budget_bytes=budget,
+        budget_source=source,
+        why={label: list(lines) for label, lines in row.why.items()},
     )

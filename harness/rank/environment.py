@@ -53,14 +53,6 @@ def cpu_model_name() -> str:
     return f"CPU: {platform.machine()}"
 
 
-def nccl_version() -> str:
-    """NCCL's version, as '2.21.5'. `torch.cuda.nccl` is a submodule `import torch` does
-    not load: imported here, not reached as an attribute that exists only by chance."""
-    import torch.cuda.nccl as nccl
-
-    return ".".join(map(str, nccl.version()))
-
-
 def _backend(on_cuda: bool) -> str:
     import torch.distributed as dist
 
@@ -73,6 +65,8 @@ def _backend(on_cuda: bool) -> str:
 
 def describe_environment(*, device: Any, world_size: int, threads_per_rank: int) -> dict[str, Any]:
     import torch
+
+    from harness.placement import nccl_version
 
     on_cuda = device.type == "cuda"
     return {

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.rank import cpu_load
+from harness.rank import host_usage
 from harness.rank.nvml_watch import GpuWatch, throttle_names
 
 _GPU_FIELDS = ("sm_clock_mhz_min", "sm_clock_mhz_median", "sm_clock_mhz_max", "other_processes",
@@ -53,8 +53,8 @@ class Window:
     def start(cls, gpu: GpuWatch | None = None) -> Window:
         if gpu is not None:
             gpu.sample()
-        return cls(time.perf_counter(), cpu_load.node_busy_s(), cpu_load.own_cpu_s(),
-                   cpu_load.load_average_1m(), gpu)  # fmt: skip
+        return cls(time.perf_counter(), host_usage.node_busy_s(), host_usage.own_cpu_s(),
+                   host_usage.load_average_1m(), gpu)  # fmt: skip
 
     def after_step(self) -> None:
         """A GPU sample after each timed step (outside its timer)."""
@@ -63,11 +63,11 @@ class Window:
 
     def stop(self) -> Window:
         self.wall_s = time.perf_counter() - self.started
-        busy = cpu_load.node_busy_s()
+        busy = host_usage.node_busy_s()
         if busy is not None and self.node_busy_s is not None:
             self.node_busy_delta_s = busy - self.node_busy_s
-        self.own_delta_s = cpu_load.own_cpu_s() - self.own_cpu_s
-        self.load1_end = cpu_load.load_average_1m()
+        self.own_delta_s = host_usage.own_cpu_s() - self.own_cpu_s
+        self.load1_end = host_usage.load_average_1m()
         return self
 
 
@@ -90,7 +90,7 @@ def reduce_interference(window: Window, device: torch.device, local_rank: int) -
     node_busy = window.node_busy_delta_s
     sums = torch.tensor(
         [window.own_delta_s, (node_busy or 0.0) if first_on_node else 0.0,
-         float(cpu_load.node_cpus()) if first_on_node else 0.0,
+         float(host_usage.node_cpus()) if first_on_node else 0.0,
          1.0 if node_busy is None else 0.0],
         dtype=torch.float64, device=device,
     )  # fmt: skip

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from harness.config import JobConfig
 from harness.placement import synchronize
 from harness.rank.faults import maybe_inject
+from harness.rank.host_usage import peak_rss_bytes, reset_peak_rss
 from harness.rank.interference import Window, open_gpu_watch
 from harness.rank.memory_peaks import (
     check_limit,
@@ -27,7 +28,6 @@ from harness.rank.memory_peaks import (
     cuda_memory_outside_allocator,
     restart_cuda_peaks,
 )
-from harness.rank.rss import peak_rss_bytes, reset_peak_rss
 from harness.rank.session import Session
 
 Report = Callable[[str], None]  # tells the console which phase a rank is in

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import torch
 
-from harness.rank.rss import peak_rss_bytes
+from harness.rank.host_usage import peak_rss_bytes
 
 T = TypeVar("T")
 

@@ -71,7 +71,7 @@ def measure_matmul_peak_flops(
     about `budget_s` instead of costing every job many seconds. Best of 2 to 5 runs."""
     import torch
 
-    from harness.placement import DTYPES
+    from harness.dtypes import DTYPES
 
     dtype = DTYPES[dtype_name]
 

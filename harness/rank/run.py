@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from harness.config import JobConfig
+from harness.engines.base import optimizer_description
 from harness.jobdir.phase import report_phase
 from harness.jobdir.rank_outcome import write_rank_outcome
 from harness.jobdir.result import Metrics, Profile, Result, typed_fields, write_result
@@ -22,7 +23,6 @@ from harness.rank import measure, metrics
 from harness.rank.environment import describe_environment
 from harness.rank.interference import reduce_interference
 from harness.rank.session import Session
-from harness.rank.train_step import optimizer_description
 
 
 def run_rank(cfg: JobConfig, job_dir: Path) -> Result | None:
@@ -83,12 +83,8 @@ def train(cfg: JobConfig, job_dir: Path, place: Placement) -> Result | None:
         return None
     session = warmed.run.session
     job_metrics = _metrics(cfg, session, reduced, timed.rss_scope, peak_flops)
-    job_metrics = replace(
-        job_metrics,
-        bandwidth=bandwidth,
-        predicted=_predicted(place.job(cfg)),
-        interference=interference,
-    )
+    # the prediction is the job's own record (prediction.json, written before the ranks)
+    job_metrics = replace(job_metrics, bandwidth=bandwidth, interference=interference)
     result = Result(
         status="ok",
         config=asdict(cfg),
@@ -151,21 +147,6 @@ def _metrics(
 
 def _unset(record: Metrics) -> frozenset[str]:
     return frozenset(f.name for f in typed_fields(Metrics) if getattr(record, f.name) is None)
-
-
-def _predicted(ran: JobConfig) -> dict[str, Any] | None:
-    """The planner's row for the job as this rank ran it, kept beside what it measured
-    (the report's predicted columns); an error where the planner cannot tell."""
-    try:
-        from harness.plan.planner import plan_row
-
-        row = plan_row(ran).to_dict()
-    except Exception as e:  # a prediction must never cost a measurement
-        return {"error": f"{type(e).__name__}: {e}"}
-    keep = ("peak_memory_bytes", "memory_bytes_by_class", "fits", "iteration_time_s",
-            "compute_s", "exposed_comm_s", "other_s", "stall_s", "comm_s",
-            "tokens_per_s_per_device", "mfu", "breakdown", "mechanisms", "waits")  # fmt: skip
-    return {k: row[k] for k in keep}
 
 
 def engine_settings(cfg: JobConfig, own: dict[str, Any]) -> dict[str, Any]:

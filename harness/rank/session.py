@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from harness.config import JobConfig
+from harness.dtypes import DTYPES
 from harness.engines.adapters import get_engine
-from harness.engines.base import RunContext, Wrapped, checkpoint_first_layers
+from harness.engines.base import RunContext, Wrapped, build_optimizer, checkpoint_first_layers
 from harness.models.build import (
     build_job_model,
     decoder_parts,
@@ -26,7 +27,7 @@ from harness.models.build import (
     snapshot_buffers,
 )
 from harness.models.shapes import ModelShape
-from harness.placement import DTYPES, placed
+from harness.placement import placed
 from harness.plan.planner import yafsdp_memory_budget
 from harness.rank import train_step as steps
 from harness.rank.data import token_batch
@@ -125,7 +126,7 @@ class Session:
         wrapped = wrap(model, ctx)
         optimizer = wrapped.optimizer
         if optimizer is None:  # an engine that owns its step brings its own
-            optimizer = steps.build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
+            optimizer = build_optimizer(wrapped.params, lr=cfg.lr, impl=cfg.adamw_impl)
         return cls(
             cfg=cfg,
             rank=rank,

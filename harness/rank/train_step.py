@@ -7,29 +7,15 @@ reads a value back to the host, so a step's device work is never split by a sync
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from harness.config import ADAMW_IMPLS
 from harness.engines.base import Wrapped
 from harness.models.build import logits_of
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-def build_optimizer(params: Iterable[torch.Tensor], *, lr: float, impl: str) -> torch.optim.AdamW:
-    """AdamW with the implementation `impl` (fused, foreach or for-loop), for every engine."""
-    if impl not in ADAMW_IMPLS:
-        raise ValueError(f"adamw_impl={impl!r} is unknown; choose one of: {', '.join(ADAMW_IMPLS)}")
-    return torch.optim.AdamW(
-        params, lr=lr, weight_decay=0.0, fused=impl == "fused", foreach=impl == "foreach"
-    )
-
-
-def optimizer_description(impl: str) -> str:
-    return f"torch.optim.AdamW({impl}, weight_decay=0)"
 
 
 def forward_backward(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.jobdir.grid_point import Setting
-from harness.report.compare import (
+from harness.report.matching import (
     BASELINES,
     LossParity,
     loss_parity,

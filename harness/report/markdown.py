@@ -5,21 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from harness.report.compare import MISSING
+from harness.markdown import markdown_table
+from harness.report.matching import MISSING
 
 Table = tuple[list[str], list[list[object]]]  # (header, rows), as the table builders return
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    def cell(c: object) -> str:
-        return str(c).replace("|", "\\|").replace("\n", " ")
-
-    lines = [
-        "| " + " | ".join(cell(h) for h in header) + " |",
-        "|" + "|".join(" --- " for _ in header) + "|",
-    ]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown_table(header, rows)
 
 
 def callout(kind: str, text: str) -> str:

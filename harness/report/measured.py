@@ -6,7 +6,8 @@ each of the planner's terms predicts: its breakdown's parts (`harness.plan.time.
 mechanisms (`harness.plan.time.mechanisms`). A table row joins the planner's terms and the
 causes they share, so a reader sees where the model and the measurement part; causes the
 planner does not model (a late rank, a slow collective) are rows of their own.
-No torch: the traces are read by `harness.trace.diagnose.why`.
+No torch, and no trace parsed here: `why` reads the two jobs' records, the traced one cached
+beside their trace summaries (`harness.trace.jobs`), which the results table's pool computed.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.compare import point_label
 from harness.report.markdown import md_table
+from harness.report.matching import point_label
 from harness.report.speedups import Speedup
 from harness.trace.diagnose import causes as C
 from harness.trace.diagnose.ranks import SKEW
-from harness.trace.diagnose.why import WhyError, describe, why
+from harness.trace.diagnose.why import WhyError, describe
+from harness.trace.jobs import why
 from harness.trace.parse import TraceError
 
 Measured = dict[tuple[str, str], dict[str, Any]]  # (yafsdp job, baseline job) -> `why`

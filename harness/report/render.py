@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from harness.jobdir.grid_point import MATCH_COLUMNS, GridPoint, Setting
-from harness.report import figures
-from harness.report.compare import sort_jobs, value, with_variants
+from harness.report import charts
 from harness.report.jobs import ReportJobs
+from harness.report.matching import sort_jobs, value, with_variants
 from harness.report.measured import Measured, measured_comparisons
-from harness.report.pictures import (
+from harness.report.picture_links import (
     Pictures,
     Timeline,
     job_timeline_caption,
@@ -28,6 +28,7 @@ from harness.report.sections import render_markdown
 from harness.results.table import collect_results, to_csv
 from harness.results.timelines import TIMELINE_DIR, sweep_timelines
 from harness.sweep.running import describe_running
+from harness.trace.jobs import RECORD
 
 REPORT_FILE = "report.md"
 
@@ -38,7 +39,7 @@ def load_sweeps(sweep_dirs: Sequence[Path]) -> tuple[pd.DataFrame, list[str]]:
     several = len(sweep_dirs) > 1
     for sweep in sweep_dirs:
         found: list[str] = []
-        df = collect_results(sweep, problems=found)
+        df = collect_results(sweep, problems=found, record=RECORD)
         problems += [f"{sweep}: {p}" if several else p for p in found]
         df["sweep"] = str(sweep)
         df["job_label"] = [f"{Path(sweep).name}/{j}" if several else j for j in df["job_dir"]]
@@ -90,7 +91,7 @@ def _draw_speedups(report: ReportJobs, out_dir: Path) -> dict[tuple[str, Setting
             stem = f"speedup_{baseline}"
             if several:
                 stem += "_" + re.sub(r"[^A-Za-z0-9]+", "_", setting.label()).strip("_")
-            png = figures.speedup_figure(rows, baseline, out_dir / "figures" / f"{stem}.png")
+            png = charts.speedup_figure(rows, baseline, out_dir / "figures" / f"{stem}.png")
             if png:
                 links[(baseline, setting)] = png.relative_to(out_dir).as_posix()
     return links
@@ -99,7 +100,7 @@ def _draw_speedups(report: ReportJobs, out_dir: Path) -> dict[tuple[str, Setting
 def _draw_memory(report: ReportJobs, out_dir: Path) -> str | None:
     if report.jobs.empty:
         return None
-    png = figures.memory_figure(report.jobs, out_dir / "figures" / "peak_memory.png")
+    png = charts.memory_figure(report.jobs, out_dir / "figures" / "peak_memory.png")
     return png.relative_to(out_dir).as_posix() if png else None
 
 

@@ -10,18 +10,18 @@ import math
 
 import pandas as pd
 
-from harness.report.compare import (
+from harness.report.engine_setup import engine_setup_table
+from harness.report.jobs import ReportJobs
+from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
+from harness.report.matching import (
     LOSS_RTOL,
     STATUS_CELL,
     LossParity,
     point_label,
 )
-from harness.report.engine_setup import engine_setup_table
-from harness.report.jobs import ReportJobs
-from harness.report.markdown import bullets, callout, fmt_tolerance, md_table
 from harness.report.measured import Measured
-from harness.report.pictures import Pictures, timelines
-from harness.report.speedup_sections import definitions, published_tables
+from harness.report.picture_links import Pictures, timelines
+from harness.report.published import definitions, published_tables
 from harness.report.tables import (
     FLAG,
     PREDICTION_FLAG,
@@ -136,7 +136,7 @@ def memory(r: ReportJobs, pictures: Pictures) -> list[str]:
 
 
 def throughput(r: ReportJobs) -> list[str]:
-    from harness.report.cpu_peak import cpu_peaks
+    from harness.report.run_conditions import cpu_peaks
 
     table = throughput_table(r.jobs, several_settings=r.several_settings)
     blocks = [

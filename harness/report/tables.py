@@ -13,7 +13,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from harness.jobdir.grid_point import GridPoint
-from harness.report.compare import (
+from harness.report.charts import primary_memory
+from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.matching import (
     MISSING,
     STATUS_CELL,
     YAFSDP,
@@ -26,9 +28,7 @@ from harness.report.compare import (
     sort_jobs,
     value,
 )
-from harness.report.figures import primary_memory
-from harness.report.interference import interference_cell
-from harness.report.markdown import Table, fmt_bytes, fmt_num, fmt_time, short_error
+from harness.report.run_conditions import interference_cell
 from harness.report.speedups import Speedup
 from harness.results.table import PROFILE_PREFIX
 
@@ -162,10 +162,26 @@ FLAG = "⚠"
 
 
 def predicted(row: pd.Series, key: str) -> float | None:
-    """The planner's prediction for this job (result.json `metrics.predicted`), or None."""
+    """The planner's prediction for this job (its prediction.json; an older job's
+    result.json `metrics.predicted`), or None."""
     record = metric(row, "predicted")
     found = record.get(key) if isinstance(record, dict) else None  # null: no prediction
     return None if found is None else float(found)
+
+
+def predicted_memory_cell(row: pd.Series) -> str:
+    """The predicted peak; where the job's prediction planned yafsdp for another memory
+    budget than the one its engine was built with (a GPU's free memory at build, which
+    the job could not know), the cell says so: the buffer plans may differ."""
+    guess = fmt_bytes(predicted(row, "peak_memory_bytes"))
+    record = metric(row, "predicted")
+    settings = value(row, "engine_settings")
+    if not isinstance(record, dict) or not isinstance(settings, dict):
+        return guess
+    planned, built = record.get("memory_budget_bytes"), settings.get("memory_budget_bytes")
+    if planned is None or built is None or planned == built:
+        return guess
+    return f"{guess} ({FLAG} planned for a {fmt_bytes(planned)} budget, built {fmt_bytes(built)})"
 
 
 def prediction_error(measured: float | None, guess: float | None, *, flag: bool) -> str:
@@ -222,7 +238,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
             fmt_bytes(metric(row, "device_memory_outside_allocator_bytes")),
             fmt_bytes(metric(row, "peak_rss_bytes")),
             metric(row, "memory_source") or MISSING,
-            fmt_bytes(guess),
+            predicted_memory_cell(row),
             prediction_error(allocated, guess, flag=True),
             diff,
         ]
@@ -233,7 +249,7 @@ def memory_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
 
 
 def throughput_table(df: pd.DataFrame, *, several_settings: bool = False) -> Table:
-    from harness.report.cpu_peak import cpu_mfu, cpu_peaks
+    from harness.report.run_conditions import cpu_mfu, cpu_peaks
 
     peaks = cpu_peaks(df)  # CPU jobs: one peak per machine, not each job's own
 

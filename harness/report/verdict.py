@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report.compare import STATUS_CELL, metric, point_label
 from harness.report.jobs import ReportJobs
 from harness.report.markdown import bullets, callout, fmt_bytes
+from harness.report.matching import STATUS_CELL, metric, point_label
 from harness.report.speedups import Speedup
 
 # Other processes taking more than this share of the CPUs make a machine a noisy one.

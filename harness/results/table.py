@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import pandas as pd
 
 from harness.jobdir.grid_point import MATCH_COLUMNS, POINT_COLUMNS, REPEAT_COLUMN, SETTING_COLUMNS
 from harness.jobdir.paths import RESULT_FILE
+from harness.jobdir.prediction import Prediction, read_prediction
 from harness.jobdir.recorded_config import engine_of, recorded_config
 from harness.jobdir.result import (
     SCALAR_KINDS,
@@ -39,8 +41,7 @@ from harness.jobdir.result import (
     read_result,
     typed_fields,
 )
-from harness.sweep.running import describe_running
-from harness.trace.cache import job_profiles
+from harness.trace.cache import JobRecord, job_profiles
 from harness.trace.summary import find_traces
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,12 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+def _row(
+    result: Result,
+    job_dir: str,
+    profile: dict[str, Any] | None = None,
+    prediction: Prediction | None = None,
+) -> dict[str, Any]:
     engine = engine_of(result)
     row: dict[str, Any] = {
         "job_dir": job_dir,
@@ -94,6 +100,8 @@ def _row(result: Result, job_dir: str, profile: dict[str, Any] | None = None) ->
         row[CONFIG_PREFIX + key] = value
 
     row.update(result.metrics.to_dict())
+    if prediction is not None:  # the job's own record; older jobs: result.json's `predicted`
+        row["predicted"] = prediction.as_metric()
     losses = result.metrics.losses or []
     row["final_loss"] = losses[-1] if losses else math.nan
     row.setdefault("losses", losses)
@@ -144,9 +152,14 @@ def find_result_files(sweep_dir: Path) -> list[Path]:
 
 
 def collect_results(
-    sweep_dir: Path, *, problems: list[str] | None = None, workers: int | None = None
+    sweep_dir: Path,
+    *,
+    problems: list[str] | None = None,
+    workers: int | None = None,
+    record: JobRecord | None = None,
 ) -> pd.DataFrame:
-    """One row per job found under `sweep_dir`; traces summarised by `workers` processes.
+    """One row per job found under `sweep_dir`; traces summarised by `workers` processes,
+    which also compute and cache each job's `record` (the report's traced record).
 
     A result.json that cannot be read is skipped and described in `problems` (when given)
     and in `df.attrs["problems"]`, as is a Hydra job directory without one; the statuses
@@ -165,12 +178,13 @@ def collect_results(
         except CorruptResultError as e:
             reason = str(e).removeprefix(f"{path}: ")
             found.append(f"corrupt result file {name}: {reason}")
-    profiles = job_profiles([d for d, _ in results if find_traces(d)], workers=workers)
+    traced = [d for d, _ in results if find_traces(d)]
+    profiles = job_profiles(traced, workers=workers, record=record)
     for job_path, result in results:
         job_dir = job_path.relative_to(sweep_dir).as_posix()
         name = f"{job_dir}/{RESULT_FILE}"
         try:
-            rows.append(_row(result, job_dir, profiles.get(job_path)))
+            rows.append(_row(result, job_dir, profiles.get(job_path), read_prediction(job_path)))
         except CorruptResultError as e:
             found.append(f"unusable result file {name}: {e}")
         except (AttributeError, TypeError, IndexError) as e:  # valid JSON, odd shape inside
@@ -282,7 +296,11 @@ def write_results_csv(sweep_dir: Path, df: pd.DataFrame | None = None) -> Path:
     return _write_csv(Path(sweep_dir), df)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None, notes: Callable[[Path], list[str]] = lambda sweep: []
+) -> int:
+    """`notes(sweep)`: lines to say after a sweep's table (`python -m harness.results`
+    passes whether the sweep is running now)."""
     parser = argparse.ArgumentParser(
         prog="python -m harness.results",
         description="Rebuild <sweep dir>/results.csv from the job directories' result.json.",
@@ -298,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         out, df = _write_csv(sweep)
         counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
         print(f"wrote {out}: {len(df)} jobs ({counts or 'none found'})")
-        for line in describe_running([sweep]):
+        for line in notes(sweep):
             print(f"note: {line}")
         for problem in df.attrs["problems"]:
             print(f"skipped {problem}")

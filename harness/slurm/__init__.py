@@ -4,7 +4,7 @@
 - sweep.py      submitter: plan, submit all, wait, decide statuses (the Hydra launcher's body)
 - task.py       what each SLURM task runs: one rank of the Hydra job
 - rank.py       the rank's distributed environment and its outcome file
-- outcome.py    the job's status from all ranks plus sacct; corrects result.json
+- job_end.py    the job's status from all ranks plus sacct; corrects result.json
 - dry_run.py    dry_run=true: each job checked and planned here, its sbatch request printed
 - adopt.py      a resume takes over the jobs a dead submitter left queued or running
 - hydra_plugins/yafsdp_bench_slurm  the plugin class Hydra instantiates
@@ -31,6 +31,16 @@ def register_plugin() -> None:
     from hydra_plugins.yafsdp_bench_slurm.launcher import SlurmLauncher
 
     Plugins.instance().register(SlurmLauncher)
+
+
+def register_sweeper() -> None:
+    """Make `hydra/sweeper=alternating` (harness.sweep.order's order) known to Hydra; call
+    before Hydra starts. Its plugin sits beside the launcher's (PLUGIN_ROOT)."""
+    ensure_plugin_importable()
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.yafsdp_bench_sweeper.sweeper import AlternatingSweeper
+
+    Plugins.instance().register(AlternatingSweeper)
 
 
 def ensure_plugin_importable() -> None:

@@ -15,12 +15,13 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from harness.config import JobConfig
+from harness.config import JobConfig, config_from_dict
 from harness.job.launch import interrupts_deferred
 from harness.job.rerun_since import measured_in_this_rerun
 from harness.job.resume import rerun_reason
 from harness.job.run import Interrupted
 from harness.jobdir.paths import RESULT_FILE, JobDir
+from harness.jobdir.prediction import write_prediction
 from harness.jobdir.result import (
     Result,
     make_result,
@@ -29,9 +30,10 @@ from harness.jobdir.result import (
     write_result,
 )
 from harness.jobdir.result import finished_ok as _finished_ok
+from harness.plan.fit import job_prediction
 from harness.slurm.adopt import SLURM_RECORD, SUBMITTED, adopt
 from harness.slurm.chains import ChainRunner
-from harness.slurm.outcome import JobEnd, decide
+from harness.slurm.job_end import JobEnd, decide
 from harness.slurm.resources import (
     JobShape,
     ShapeError,
@@ -192,6 +194,14 @@ def _set_aside_stale_result(job_dir: Path) -> None:
     JobDir(job_dir).clear_previous_attempt()
 
 
+def _write_prediction(job: PlannedJob, params: LauncherParams) -> None:
+    """The job's prediction.json, written once before its ranks start (on the cluster: a
+    job on `device=auto` runs where the allocation puts it, on GPUs where it asks for them)."""
+    cfg = config_from_dict(job.config)
+    device = cfg.device if cfg.device != "auto" else ("cuda" if params.request_gpus else "cpu")
+    write_prediction(job.job_dir, job_prediction(cfg, device=device))
+
+
 def _write_slurm_record(job: PlannedJob, *, state: str) -> None:
     """`<job_dir>/slurm.json`: which SLURM job ran this, its shape, and where its logs are."""
     sj, shape = job.submitit_job, job.shape
@@ -320,6 +330,7 @@ def _submit(
         job.result = make_result(status="invalid", config=job.config, error=job.refusal)
         write_result(job.job_dir, job.result)
         return
+    _write_prediction(job, params)
     try:
         executor.update_parameters(**_sbatch_parameters(job, params, extra))
         job.submitit_job = executor.submit(

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.jobdir.grid_point import POINT_COLUMNS
+from harness.jobdir.grid_point import POINT_COLUMNS, point_words
 from harness.jobdir.paths import JobDir
 from harness.jobdir.phase import read_phase
 from harness.jobdir.result import Result
@@ -46,10 +46,7 @@ def job_label(config: dict[str, Any], extra: Iterable[str] = ()) -> str:
     """`llama_mini gpus=2 seq=256 ckpt=1 fsdp1`, `repeat=r` where a job runs more than once,
     plus `extra` (`key=value` overrides)."""
     engine = config["engine"]["label"] if isinstance(config["engine"], dict) else config["engine"]
-    point = (
-        f"{config['model']} gpus={config['gpus']} seq={config['seq_len']} "
-        f"ckpt={config['ckpt_layers']} {engine}"
-    )
+    point = f"{point_words(config)} {engine}"
     repeat = [f"repeat={config.get('repeat', 0)}"] if config.get("repeats", 1) > 1 else []
     return " ".join([point, *repeat, *extra])
 

@@ -86,15 +86,3 @@ def checked_repeats(overrides: Iterable[tuple[str, bool]], repeats: object) -> i
         raise SweepRefused("; ".join(errors))
     assert isinstance(repeats, int)
     return repeats
-
-
-def register_sweeper() -> None:
-    """Make `hydra/sweeper=alternating` (this order) known to Hydra; call before Hydra starts."""
-    from hydra.core.plugins import Plugins
-
-    from harness.slurm import ensure_plugin_importable
-
-    ensure_plugin_importable()
-    from hydra_plugins.yafsdp_bench_sweeper.sweeper import AlternatingSweeper
-
-    Plugins.instance().register(AlternatingSweeper)

@@ -6,8 +6,11 @@ summaries (`cache`), and the timeline pictures (`timeline`). Entry points:
 `plot_timeline(job_dirs, out)`.
 
 The diagnosis (`harness.trace.diagnose`): each step's time split into causes, the cross-rank
-skew, the critical path, and `why` one job's step differs from another's. It reads what the
-library parsed; the library never imports it.
+skew, the critical path, and `why` one job's step differs from another's. It takes records
+(parsed traces, a result, a job's traced record) and reads no job directory; the library
+never imports it. `harness.trace.jobs` reads job directories for it: a job's traced record
+(its attribution) is cached beside its summaries and computed in the same pool
+(`cache.job_profiles(..., record=jobs.RECORD)`), so `why` of two jobs reads two records.
 
 One command line for both: `python -m harness.trace <summarize|timeline|attribute|why|path>`.
 """

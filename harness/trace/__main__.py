@@ -60,7 +60,8 @@ def summarize(args: argparse.Namespace) -> int:
 
 def timeline(args: argparse.Namespace) -> int:
     """Jobs of one grid point only (as `why`), drawn to -o, else to a writable place it names."""
-    from harness.trace.diagnose.why import WhyError, check_same_point
+    from harness.trace.diagnose.why import WhyError
+    from harness.trace.jobs import check_same_point
 
     dirs = [Path(d) for d in args.job_dirs]
     for other in dirs[1:]:
@@ -116,7 +117,7 @@ def _writable(directory: Path) -> bool:
 
 def why(args: argparse.Namespace) -> int:
     from harness.trace.diagnose.why import WhyError, why_lines
-    from harness.trace.diagnose.why import why as compare_jobs
+    from harness.trace.jobs import why as compare_jobs
 
     try:
         found = compare_jobs(args.job_a, args.job_b, rank=args.rank)

@@ -125,7 +125,11 @@ def trace_warnings(a: Analysis) -> list[str]:
 def summarize_trace(path: Path | str) -> dict[str, Any]:
     """{path, rank, kind, steps: [per-step rows], units: [...], summary: {...},
     ignored_events: {category: count}, warnings: [one line each]}."""
-    a = analyse(load_trace(path))
+    return summarize_analysis(analyse(load_trace(path)))
+
+
+def summarize_analysis(a: Analysis) -> dict[str, Any]:
+    """summarize_trace of a trace already parsed and analysed."""
     summary = aggregate(a.steps)
     if a.trace.ignored:  # only then, so tables of ordinary traces keep their columns
         summary["ignored_events"] = sum(a.trace.ignored.values())

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 
-from harness.config import JobConfig
-from harness.rank.fault_delay import delay_errors
+from harness.config import FaultConfig, JobConfig
 
 AT_LEAST_ONE = ("gpus", "seq_len", "micro_batch", "grad_accum", "steps", "gpus_per_node")
 ZERO_OR_MORE = ("warmup_steps", "ckpt_layers", "memory_limit_gb", "device_memory_gb")
@@ -106,3 +105,55 @@ def repeat_errors(repeats: object, repeat: object = 0) -> list[str]:
             "repeat itself: drop it and set repeats=N"
         ]
     return []
+
+
+# fault.kind=delay (harness.rank.faults): per adapter (EngineConfig.name), the engine ranges
+# a delay may sit in, as the engine names them. Torch-free, so the pre-flight check lists them.
+DELAY_HOOKS: dict[str, tuple[str, ...]] = {
+    "yafsdp": (
+        "yafsdp.all_gather",
+        "yafsdp.reduce_scatter",
+        "yafsdp.all_reduce",
+        "yafsdp.forward",
+        "yafsdp.backward",
+    ),
+    "fsdp1": (
+        "FullyShardedDataParallel._pre_forward",
+        "FullyShardedDataParallel._post_forward",
+        "FullyShardedDataParallel._pre_backward_hook",
+        "FullyShardedDataParallel._post_backward_hook",
+    ),
+    "fsdp2": (
+        "FSDP::all_gather",
+        "FSDP::pre_forward",
+        "FSDP::post_forward",
+        "FSDP::pre_backward",
+        "FSDP::post_backward_reduce",
+    ),
+}
+
+
+def delay_errors(fault: FaultConfig, engine: str) -> list[str]:
+    """What is wrong with a delay fault for `engine`, each naming the field and the fix."""
+    if fault.kind != "delay":
+        if fault.where or fault.ms:
+            return [
+                f"fault.where and fault.ms are read by fault.kind=delay only, not "
+                f"fault.kind={fault.kind}; drop them, or set fault.kind=delay"
+            ]
+        return []
+    errors = []
+    hooks = DELAY_HOOKS.get(engine, ())
+    if not hooks:
+        errors.append(
+            f"fault.kind=delay needs an engine with named ranges ({', '.join(DELAY_HOOKS)}), "
+            f"not engine.name={engine}"
+        )
+    elif fault.where not in hooks:
+        errors.append(
+            f"fault.where={fault.where!r} is not a range of engine.name={engine}; choose one "
+            f"of: {', '.join(hooks)}"
+        )
+    if not fault.ms > 0:
+        errors.append(f"fault.ms={fault.ms} must be more than 0 milliseconds")
+    return errors

@@ -7,6 +7,8 @@ older version would be planned as if it had engines it lacks."""
 
 from __future__ import annotations
 
+import re
+
 from harness.config import JobConfig
 
 PLANNED_FROM = (2, 1)  # the oldest torch whose engine code the planner models
@@ -14,10 +16,18 @@ FSDP2_FROM = (2, 3)  # the oldest torch FSDP2 is planned at (none in 2.2 or earl
 RUNS_FROM = "2.7"  # what a job itself needs (pyproject.toml)
 
 
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as '2.3', '2.13.0+cpu' or '2.8.0a0'."""
+    found = re.match(r"\s*(\d+)\.(\d+)", text)
+    if not found:
+        raise ValueError(
+            f"torch_version={text!r} is not a version; give major.minor, e.g. torch_version=2.3"
+        )
+    return int(found.group(1)), int(found.group(2))
+
+
 def torch_version_errors(cfg: JobConfig) -> list[str]:
     """A version that is not one, or one the planner cannot model for this engine."""
-    from harness.plan.time.streams import parse_version
-
     if not cfg.torch_version:  # the installed torch
         return []
     try:

@@ -8,7 +8,7 @@ import sys
 import time
 
 from harness.trace import summarize_trace
-from harness.trace.diagnose.attribute import attribute_trace
+from harness.trace.jobs import attribute_trace
 
 if __name__ == "__main__":
     mode, path = sys.argv[1], sys.argv[2]

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from harness.rank.rss import peak_rss_bytes
+from harness.rank.host_usage import peak_rss_bytes
 from harness.trace import summarize_trace
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.gpucheck import cli, suite_c
-from harness.gpucheck.outcome import FAIL, SKIP, Check
+from harness.gpucheck.check_rows import FAIL, SKIP, Check
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.gpucheck import cli, suite_a, suite_b, suite_c, suite_d
-from harness.gpucheck.outcome import PASS, SKIP, Check
+from harness.gpucheck.check_rows import PASS, SKIP, Check
 from harness.gpucheck.schedule import ORDER, UNIT_SECONDS, Work
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU run")

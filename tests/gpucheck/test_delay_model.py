@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.gpucheck.delay_model import forward_hiding, judge, overlapped_growth, serial_growth
+from harness.gpucheck.judging import forward_hiding, judge, overlapped_growth, serial_growth
 
 
 def simulate_forward(compute: list[float], delay: float, gather: float = 0.0) -> float:

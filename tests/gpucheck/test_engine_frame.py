@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.gpucheck.snapshot import SCALAR_BYTES, engine_frame, steady_offenders
+from harness.gpucheck.judging import SCALAR_BYTES, engine_frame, steady_offenders
 
 
 def _f(filename: str, name: str) -> dict:

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from harness.gpucheck.outcome import ERROR, FAIL, PASS, SKIP, Check, Verdict, exit_code, run_check
+from harness.gpucheck.check_rows import (
+    ERROR,
+    FAIL,
+    PASS,
+    SKIP,
+    Check,
+    Verdict,
+    exit_code,
+    run_check,
+)
 from harness.gpucheck.report import (
     JSON,
     MARKDOWN,
@@ -105,8 +114,8 @@ def test_report_and_arithmetic_import_no_torch(tmp_path):
     from tests.report.test_no_torch import run_without_torch
 
     code = (
-        "import harness.gpucheck.report, harness.gpucheck.outcome, "
-        "harness.gpucheck.delay_model, harness.gpucheck.footprint"
+        "import harness.gpucheck.report, harness.gpucheck.check_rows, "
+        "harness.gpucheck.judging, harness.gpucheck.footprint"
     )
     proc = run_without_torch(tmp_path, "-c", code)
     assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 import yafsdp_impl._collectives as collectives  # what the stress wrappers replace
-from harness.gpucheck import delay_model, stress, suite_a, trace_check
+from harness.gpucheck import judging as delay_model
+from harness.gpucheck import stress, suite_a, trace_check
 from harness.gpucheck.training import build, train_step
 from harness.models.shapes import get_shape
 from tests.cuda_fakes import fake_cuda

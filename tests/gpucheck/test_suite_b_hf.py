@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.gpucheck import suite_b
-from harness.gpucheck.outcome import SKIP, run_check
+from harness.gpucheck.check_rows import SKIP, run_check
 
 
 def test_without_transformers_the_hf_row_is_a_skip_saying_how(monkeypatch):

@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 from harness.engines import upstream
 from harness.gpucheck import suite_b
-from harness.gpucheck.outcome import ERROR, FAIL, PASS, SKIP
-from harness.gpucheck.parity import Trace
+from harness.gpucheck.check_rows import ERROR, FAIL, PASS, SKIP
+from harness.gpucheck.judging import Trace
 from harness.gpucheck.suite_a import parity_verdict, steps_trace
 from harness.gpucheck.training import build
 from harness.models.shapes import get_shape

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.gpucheck import suite_c
-from harness.gpucheck.outcome import PASS
+from harness.gpucheck.check_rows import PASS
 
 
 @pytest.fixture(scope="module")

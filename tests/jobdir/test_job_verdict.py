@@ -12,7 +12,7 @@ import pytest
 from harness.config import JobConfig
 from harness.job.run import decide_result
 from harness.jobdir.rank_outcome import classify, write_rank_outcome
-from harness.slurm.outcome import JobEnd, decide
+from harness.slurm.job_end import JobEnd, decide
 
 CFG = JobConfig(gpus=2, job_timeout_s=90, collective_timeout_s=10)
 GLOO_TIMEOUT = RuntimeError(

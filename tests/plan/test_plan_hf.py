@@ -60,7 +60,7 @@ def test_fsdp_units_count_an_hf_models_extra_parameters(tmp_path: Path, world_si
     the padding of the biases (the planner pads them as one vector)."""
     from harness.models.build import build_job_model, decoder_parts
     from harness.models.shapes import shape_of
-    from harness.plan.units import fsdp1_units, fsdp2_units
+    from harness.models.units import fsdp1_units, fsdp2_units
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(QWEN2))

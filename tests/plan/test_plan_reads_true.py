@@ -76,7 +76,11 @@ def test_why_prints_one_points_explanation(capsys) -> None:
     assert sum(" llama2_7b " in f" {line} " for line in lines[2:5]) == 3
     assert any(line.startswith("llama2_7b gpus=64 seq=4096 ckpt=0: fsdp1") for line in lines)
     code, _, err = _table(capsys, "experiment=yafsdp_readme", "--why", "model=llama2_7b")
-    assert code == 2 and "names 6 points" in err and "gpus=128,seq=8192" in err
+    assert code == 2 and "names 6 points" in err and "llama2_7b gpus=128 seq=8192 ckpt=0" in err
+    # the point's words, as the error and the job lines spell it, name it too
+    code, again, _ = _table(capsys, "experiment=yafsdp_readme", "--why",
+                            "llama2_7b gpus=64 seq=4096 ckpt=0")  # fmt: skip
+    assert code == 0 and again == lines
 
 
 def _gloo_calibration(tmp_path: Path) -> Path:

@@ -8,9 +8,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from harness.config import FaultConfig, JobConfig
 from harness.engines.registry import ENGINES
-from harness.rank.fault_delay import DELAY_HOOKS, DELAY_RANGE, in_range
-from harness.rank.faults import maybe_inject
+from harness.rank.faults import DELAY_RANGE, in_range, maybe_inject
 from harness.validate import validation_errors
+from harness.validate.ranges import DELAY_HOOKS
 
 
 def _cfg(label: str = "yafsdp", **fault) -> JobConfig:

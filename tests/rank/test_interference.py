@@ -10,26 +10,26 @@ from typing import Any
 
 import pytest
 
-from harness.rank import cpu_load, nvml_watch
+from harness.rank import host_usage, nvml_watch
 from harness.rank.nvml_watch import GpuWatch
-from harness.report.interference import interference_cell, uneven_interference
+from harness.report.run_conditions import interference_cell, uneven_interference
 
 
 def test_node_busy_time_counts_all_but_idle_and_iowait(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal guest guest_nice
     stat.write_text("cpu  100 20 30 5000 70 4 6 10 50 0\ncpu0 1 2 3 4 5 6 7 8 9 0\n")
-    ticks = cpu_load._ticks_per_s()
-    assert cpu_load.node_busy_s(stat) == pytest.approx((100 + 20 + 30 + 4 + 6 + 10) / ticks)
+    ticks = host_usage._ticks_per_s()
+    assert host_usage.node_busy_s(stat) == pytest.approx((100 + 20 + 30 + 4 + 6 + 10) / ticks)
     stat.write_text("intr 1 2 3\n")
-    assert cpu_load.node_busy_s(stat) is None
-    assert cpu_load.node_busy_s(tmp_path / "absent") is None
+    assert host_usage.node_busy_s(stat) is None
+    assert host_usage.node_busy_s(tmp_path / "absent") is None
 
 
 def test_own_cpu_time_grows_with_work() -> None:
-    before = cpu_load.own_cpu_s()
+    before = host_usage.own_cpu_s()
     sum(i * i for i in range(2_000_000))
-    assert cpu_load.own_cpu_s() > before
+    assert host_usage.own_cpu_s() > before
 
 
 class FakeNvml(types.SimpleNamespace):
@@ -133,7 +133,7 @@ def test_the_job_record_reduces_cpu_and_gpu_readings_across_ranks(
     window.after_step()
     window.stop()
     window.wall_s, window.node_busy_delta_s, window.own_delta_s = 2.0, 3.0, 1.0
-    monkeypatch.setattr(cpu_load, "node_cpus", lambda: 2)
+    monkeypatch.setattr(host_usage, "node_cpus", lambda: 2)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         record = reduce_interference(window, torch.device("cpu"), local_rank=0)

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from harness.rank.rss import peak_rss_bytes, reset_peak_rss
+from harness.rank.host_usage import peak_rss_bytes, reset_peak_rss
 from tests.cuda_fakes import fake_cuda
 
 MIB = 2**20

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.report.cpu_peak import cpu_mfu, cpu_peaks
+from harness.report.run_conditions import cpu_mfu, cpu_peaks
 from harness.report.tables import throughput_table
 
 

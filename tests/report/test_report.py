@@ -4,6 +4,7 @@ failure cells, missing baselines, corrupt files, noise marks, loss parity, figur
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -11,9 +12,11 @@ import pytest
 from sweep_fixtures import write_job
 
 from harness.jobdir.grid_point import GridPoint
+from harness.jobdir.prediction import Prediction, write_prediction
+from harness.plan.explain import why_lines
 from harness.report import build_report
 from harness.report.__main__ import main
-from harness.report.compare import model_display
+from harness.report.matching import model_display
 from harness.report.speedups import Speedup
 from harness.results.timelines import write_timeline_index
 
@@ -21,7 +24,8 @@ HEADER = (
     "| model | gpu-count | seq-len | num-ckpt-layers | speedup | YaFSDP iteration time (s) "
     "| FSDP iteration time (s) |"
 )
-SEPARATOR = "| --- | --- | --- | --- | --- | --- | --- |"
+# tabulate's GitHub separator: one run of dashes per column, as wide as the column
+SEPARATOR = re.compile(r"(\|-{3,}){7}\|")
 
 
 def render(sweep: Path, tmp_path: Path) -> str:
@@ -49,9 +53,9 @@ def test_published_table_exact_shape_and_speedup_arithmetic(tmp_path: Path) -> N
     write_job(sweep, "0", engine="yafsdp", step_times=[1.9, 2.0, 2.0, 2.1, 2.0], **kw)
     write_job(sweep, "1", engine="fsdp1", step_times=[2.5] * 5, **kw)
     table = table_after(render(sweep, tmp_path), "### YaFSDP vs FSDP1")
+    assert SEPARATOR.fullmatch(table.pop(1))
     assert table == [
         HEADER,
-        SEPARATOR,
         # (2.5 - 2.0) / 2.5 = 20%; spread = yafsdp's p90-p10 (2.06 - 1.94) / 2.5 = 4.80%.
         "| Llama 2 7B | 64 | 2048 | 0 | 20.00%, 1 repeat (run-to-run noise not measured) "
         "| 2.000 | 2.500 |",
@@ -388,8 +392,9 @@ def test_empty_sweep_and_all_failed_sweep_still_render(tmp_path: Path) -> None:
 
 
 def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -> None:
-    """Each job keeps its prediction with its terms; the report turns a yafsdp/baseline pair
-    into the same lines `python -m harness.plan` prints, beside the measured speedup."""
+    """Each job keeps its prediction with its terms, and the yafsdp job the planner's lines
+    against each baseline (`python -m harness.plan` prints the same); the report prints the
+    stored lines beside the measured speedup."""
     sweep = tmp_path / "sweep"
     terms = {
         "yafsdp": {"iteration_time_s": 0.9, "breakdown": {"compute": 0.8, "yafsdp_buffers": 0.1},
@@ -400,6 +405,9 @@ def test_the_planners_reasons_sit_beside_the_measured_speedups(tmp_path: Path) -
     }  # fmt: skip
     write_job(sweep, "0", engine="yafsdp", step_times=[0.9] * 5, predicted=terms["yafsdp"])
     write_job(sweep, "1", engine="fsdp1", step_times=[1.0] * 5, predicted=terms["fsdp1"])
+    # the yafsdp job stores the planner's lines with its prediction when it starts
+    lines = why_lines(terms["yafsdp"], terms["fsdp1"], "fsdp1")
+    write_prediction(sweep / "0", Prediction(terms=terms["yafsdp"], why={"fsdp1": lines}))
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "measured speedup +10.0%, predicted +10.0%" in text
     assert "fsdp1 +0.100 s (+10.0% of its step) against yafsdp" in text

@@ -89,7 +89,7 @@ def test_a_report_of_a_running_sweep_says_so_and_names_the_jobs_in_flight(
 ) -> None:
     import os
 
-    from harness.results.table import main as results_main
+    from harness.results.__main__ import main as results_main
     from harness.sweep.dirlock import acquire
 
     sweep = demo_sweep(tmp_path / "sweep")

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report.compare import LOSS_RTOL
 from harness.report.jobs import ReportJobs
 from harness.report.markdown import fmt_tolerance, md_table
-from harness.report.pictures import Pictures
+from harness.report.matching import LOSS_RTOL
+from harness.report.picture_links import Pictures
+from harness.report.published import published_tables
 from harness.report.sections import environment, loss
-from harness.report.speedup_sections import published_tables
 from harness.report.tables import failures_table, memory_table, timing_table
 
 POINT = dict(model="llama_tiny", gpus=2, seq_len=128, ckpt_layers=0)

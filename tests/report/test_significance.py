@@ -10,7 +10,7 @@ import pytest
 from sweep_fixtures import write_job
 
 from harness.report import build_report
-from harness.report.significance import paired_speedup, t_quantile_975
+from harness.report.speedups import paired_speedup, t_quantile_975
 
 HEADER = (
     "| model | gpu-count | seq-len | num-ckpt-layers | speedup | YaFSDP iteration time (s) "

@@ -5,9 +5,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 from harness.jobdir.grid_point import GridPoint  # noqa: E402
-from harness.report import figures  # noqa: E402
-from harness.report.significance import Estimate  # noqa: E402
-from harness.report.speedups import Speedup  # noqa: E402
+from harness.report import charts as figures  # noqa: E402
+from harness.report.speedups import (
+    Estimate,  # noqa: E402
+    Speedup,  # noqa: E402
+)
 
 
 def test_the_subtitle_fits_the_narrowest_picture(tmp_path, monkeypatch):

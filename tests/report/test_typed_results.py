@@ -16,7 +16,7 @@ from sweep_fixtures import write_job
 
 from harness.engines.registry import ENGINES
 from harness.report import build_report
-from harness.report.compare import METRICS, metric
+from harness.report.matching import METRICS, metric
 from harness.results.table import collect_results, read_results_csv, write_results_csv
 
 REPORT_DIR = Path(__file__).resolve().parents[2] / "harness" / "report"

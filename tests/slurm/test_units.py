@@ -8,7 +8,7 @@ import pytest
 
 from harness.jobdir.rank_outcome import write_rank_outcome
 from harness.jobdir.result import Result, make_result, read_result, write_result
-from harness.slurm.outcome import JobEnd, decide
+from harness.slurm.job_end import JobEnd, decide
 from harness.slurm.rank import INHERITED_DIST_VARS, export_rank_env
 from harness.slurm.resources import ShapeError, job_shape, time_limit_min
 

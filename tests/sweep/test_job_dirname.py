@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from harness.config import fields_living, lifetime_of
+from harness.jobdir.recorded_config import RESULT_NEUTRAL_FIELDS
 from harness.sweep.empty_dirs import remove_empty_up_to
 from harness.sweep.job_dirname import hf_dir_name, job_subdir
 from tests.processes import REPO
@@ -59,6 +62,29 @@ def test_a_dry_run_leaves_no_directory_behind(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert left == ["mine"]  # it existed before
+
+
+# Keys of Hydra itself, or a config group that names no value of its own.
+NOT_FIELDS = {"experiment", "hydra.sweep.dir", "hydra/launcher"}
+
+
+def _exclude_keys() -> set[str]:
+    config = yaml.safe_load((REPO / "sweeps" / "config.yaml").read_text())
+    return set(config["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
+
+
+def test_a_job_directory_is_named_by_measured_fields_alone() -> None:
+    """exclude_keys is the config's non-measured fields (their lifetime, marked once in
+    harness.config), plus Hydra's own keys. device_spec is a mapping that `hardware=` sets
+    beside measured fields, so it has no key of its own to leave out."""
+    keys = _exclude_keys()
+    assert keys - NOT_FIELDS == set(RESULT_NEUTRAL_FIELDS) - {"device_spec"}
+    assert all(lifetime_of(k) != "measured" for k in keys - NOT_FIELDS)
+    assert {lifetime_of(k) for k in RESULT_NEUTRAL_FIELDS} == {"runner", "sweep", "planner"}
+    assert RESULT_NEUTRAL_FIELDS == fields_living("runner", "sweep", "planner")
+    assert "repeat" not in RESULT_NEUTRAL_FIELDS and lifetime_of("engine.name") == "measured"
+    with pytest.raises(KeyError, match="no field"):
+        lifetime_of("no_such_field")
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ import pytest
 from harness.trace import summarize_trace
 from harness.trace.__main__ import main
 from harness.trace.diagnose import causes as C
-from harness.trace.diagnose.attribute import StepAttribution, attribute_trace
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.jobs import attribute_trace
 from tests.trace.kineto_program import (
     ALL_GATHER,
     CAST,

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from harness.trace.diagnose import causes as C
-from harness.trace.diagnose.attribute import attribute_job
 from harness.trace.diagnose.yardstick import collective_bytes, collective_kind, needed_us
+from harness.trace.jobs import attribute_job
 from harness.trace.overlap import merge
 from harness.trace.ranges import ENGINE, MODEL, OPTIMIZER, Role, range_role
 from harness.trace.sweep_line import covered, paint, segments

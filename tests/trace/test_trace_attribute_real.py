@@ -10,7 +10,8 @@ import pytest
 
 from harness.trace import summarize_job, summarize_trace
 from harness.trace.diagnose import causes as C
-from harness.trace.diagnose.attribute import StepAttribution, attribute_job, attribute_trace
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.jobs import attribute_job, attribute_trace
 from tests.trace.kineto_program import write_program
 from tests.trace.test_trace_attribute import CASES, _step
 

@@ -170,8 +170,7 @@ def test_one_trace_per_rank_is_summarised(tmp_path):
 
 
 def test_the_diagnosis_reads_one_trace_per_rank_too(tmp_path):
-    from harness.trace.diagnose.attribute import attribute_job
-    from harness.trace.diagnose.ranks import analyse_job, job_cross_rank
+    from harness.trace.jobs import analyse_job, attribute_job, job_cross_rank, job_traced
 
     _cpu_trace(tmp_path / "traces" / "rank0.json", world_size=2)
     (warning,) = job_cross_rank(tmp_path).warnings  # a partial set is said, as it was
@@ -183,6 +182,7 @@ def test_the_diagnosis_reads_one_trace_per_rank_too(tmp_path):
     for read in (attribute_job, analyse_job):
         with pytest.raises(TraceError, match=r"rank 0 has 2 trace files"):
             read(tmp_path)
+    assert "rank 0 has 2 trace files" in job_traced(tmp_path)["error"]  # the cached record too
 
 
 @pytest.mark.parametrize("category", ["gpu_user_annotation", "kernel"])

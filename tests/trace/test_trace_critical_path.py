@@ -8,10 +8,10 @@ from harness.trace.__main__ import main
 from harness.trace.diagnose.critical_path import (
     RankGraph,
     critical_path,
-    job_critical_paths,
     path_lines,
     read_syncs,
 )
+from harness.trace.jobs import job_critical_paths
 from harness.trace.parse import load_trace
 from tests.trace.sync_traces import CAST, GEMM, REDUCE_SCATTER, Op, give_way_ops, write_sync_trace
 

@@ -22,11 +22,12 @@ import pandas as pd
 import pytest
 
 from harness.jobdir.result import read_result
-from harness.rank.fault_delay import DELAY_RANGE
+from harness.rank.faults import DELAY_RANGE
 from harness.trace.diagnose import causes
 from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.diagnose.ranks import SKEW
-from harness.trace.diagnose.why import why, why_lines
+from harness.trace.diagnose.why import why_lines
+from harness.trace.jobs import why
 from harness.trace.parse import load_trace
 from tests.processes import run_module
 

@@ -9,11 +9,11 @@ from harness.trace.diagnose.attribute import StepAttribution
 from harness.trace.diagnose.ranks import (
     SKEW,
     exposed_skew,
-    job_cross_rank,
     late_arrivals,
     split_collectives,
     with_skew,
 )
+from harness.trace.jobs import job_cross_rank
 from harness.trace.parse import load_trace
 from harness.trace.summary import analyse
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace

@@ -10,7 +10,8 @@ from harness.trace.__main__ import main
 from harness.trace.diagnose import causes
 from harness.trace.diagnose.attribute import StepAttribution
 from harness.trace.diagnose.ranks import SKEW
-from harness.trace.diagnose.why import WhyError, why, why_lines
+from harness.trace.diagnose.why import WhyError, why_lines
+from harness.trace.jobs import why
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 GEMM, AG = causes.COMPUTE_GEMM_ATTENTION, causes.COMM_ALL_GATHER
@@ -126,7 +127,13 @@ def test_jobs_at_different_points_are_refused(tmp_path, pair):
 
 def test_cli_prints_json_and_refuses_other_points(tmp_path, pair, capsys, monkeypatch):
     fast, slow, attribute = pair
-    monkeypatch.setattr("harness.trace.diagnose.why._attribute", lambda job, *_: attribute(job))
+    from harness.trace.diagnose.traced import traced_record
+    from harness.trace.jobs import analyse_job
+
+    def stubbed(job):  # the job's traced record, its steps attributed by the stub
+        return traced_record(analyse_job(job), attributed=attribute(job))
+
+    monkeypatch.setattr("harness.trace.jobs.job_traced", stubbed)
     assert main(["why", str(fast), str(slow), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["difference_s"] == pytest.approx(0.6e-3)

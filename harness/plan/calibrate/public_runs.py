@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from harness.markdown import markdown_table
+
 
 @dataclass(frozen=True)
 class PublicRun:
@@ -308,15 +310,15 @@ def predict_speedup(run: SpeedupRun) -> dict[str, Any]:
 
 
 def speedup_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| run | setting | engines | predicted speedup | measured speedup | source |",
-             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    header = ["run", "setting", "engines", "predicted speedup", "measured speedup", "source"]
+    cells = []
     for r in rows:
         a, b = r["engines"]
         low, high = r["measured_range"]
-        lines.append(f"| {r['name']} | {r['setting']} | {a} vs {b} | "
-                     f"{r['predicted_speedup'] * 100:+.1f}% | {r['measured_speedup'] * 100:+.1f}% "
-                     f"({low * 100:+.1f}% to {high * 100:+.1f}%) | {r['source']} |")  # fmt: skip
-    return "\n".join(lines)
+        measured = f"{r['measured_speedup'] * 100:+.1f}% ({low * 100:+.1f}% to {high * 100:+.1f}%)"
+        predicted = f"{r['predicted_speedup'] * 100:+.1f}%"
+        cells.append([r["name"], r["setting"], f"{a} vs {b}", predicted, measured, r["source"]])
+    return markdown_table(header, cells)
 
 
 def predict(run: PublicRun) -> dict[str, Any]:
@@ -349,16 +351,10 @@ def median_abs_error(rows: list[dict[str, Any]]) -> float:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| run | setting | predicted s | measured s | error | source |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['setting']} | {r['predicted_s']:.2f} | {r['measured_s']:.2f} "
-            f"| {r['error'] * 100:+.1f}% | {r['source']} |"
-        )
-    lines.append("")
+    header = ["run", "setting", "predicted s", "measured s", "error", "source"]
+    cells = [[r["name"], r["setting"], f"{r['predicted_s']:.2f}", f"{r['measured_s']:.2f}",
+              f"{r['error'] * 100:+.1f}%", r["source"]] for r in rows]  # fmt: skip
+    lines = [markdown_table(header, cells), ""]
     lines.append(f"Median absolute error: {median_abs_error(rows) * 100:.1f}% over {len(rows)} "
                  "runs.")  # fmt: skip
     return "\n".join(lines)

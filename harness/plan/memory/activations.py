@@ -129,7 +129,7 @@ def _measure(
         checkpoint_wrapper,
     )
 
-    from harness.placement import DTYPES
+    from harness.dtypes import DTYPES
 
     shape = shape_of(model)
     torch_dtype = DTYPES[dtype]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
+from harness.models.units import Units, fsdp1_units, fsdp2_units
 from harness.plan.memory.activations import (
     DTYPE_BYTES,
     activation_footprint,
@@ -22,7 +23,6 @@ from harness.plan.memory.activations import (
     merge_bytes,
 )
 from harness.plan.memory.yafsdp_layout import yafsdp_layout
-from harness.plan.units import Units, fsdp1_units, fsdp2_units
 
 __all__ = ["yafsdp_layout"]  # kept importable from here, where its callers look for it
 
@@ -170,7 +170,7 @@ def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
     largest weight of each part, in the param dtype."""
     shape = shape_of(case.model)
     p = DTYPE_BYTES[case.dtype]
-    from harness.plan.units import block_param_shapes
+    from harness.models.units import block_param_shapes
 
     largest_block = max(_numel(s) for s in block_param_shapes(shape))
     table = shape.vocab_size * shape.dim

@@ -33,8 +33,8 @@ def yafsdp_layout(
     the engine would choose for `budget_bytes` (see `YaFSDP(buffer_plan=...)`)."""
     import torch
 
+    from harness.dtypes import DTYPES
     from harness.models.build import decoder_parts
-    from harness.placement import DTYPES
     from yafsdp_impl import Buffers, build_layout, plan_buffers
 
     m = _meta_model(model)

@@ -94,7 +94,7 @@ def build_probed(model: str, model_impl: str, seq_len: int, micro_batch: int, dt
     """The probed modules, built in `dtype` (call under FakeTensorMode)."""
     import torch
 
-    from harness.placement import DTYPES
+    from harness.dtypes import DTYPES
 
     if model_impl not in PROBES:
         raise ValueError(

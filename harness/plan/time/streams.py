@@ -19,24 +19,13 @@ engine's code:
 
 from __future__ import annotations
 
-import re
-
 from harness.plan.time.simulate import COMM, COMPUTE, SIDE
+from harness.validate.torch_version import parse_version
 
 # From this version a synchronous collective runs on the caller's current stream.
 COLLECTIVE_ON_CALLER_STREAM = (2, 8)
 # The engine's own streams (the side stream, and the stream it issues collectives from).
 ENGINE_STREAM_PRIORITY = {"fsdp1": 0, "fsdp2": -1, "fsdp2_tuned": -1, "yafsdp": -1, "local": 0}
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as '2.3', '2.13.0+cpu' or '2.8.0a0'."""
-    found = re.match(r"\s*(\d+)\.(\d+)", text)
-    if not found:
-        raise ValueError(
-            f"torch_version={text!r} is not a version; give major.minor, e.g. torch_version=2.3"
-        )
-    return int(found.group(1)), int(found.group(2))
 
 
 def installed_torch_version() -> str:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from harness.config import DeviceSpec
 from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
+from harness.models.units import fsdp1_units, fsdp2_units
 from harness.plan.probe import DTYPE_BYTES
 from harness.plan.time.compute import ComputeModel
 from harness.plan.time.cycle import cycle, give_way_detail
@@ -34,7 +35,6 @@ from harness.plan.time.programs.fsdp1 import fsdp1_program
 from harness.plan.time.programs.fsdp2 import fsdp2_program
 from harness.plan.time.simulate import COMM, COMPUTE, SIDE, HandOut, Op, Timeline, simulate
 from harness.plan.time.streams import resolve_torch_version, stream_priorities
-from harness.plan.units import fsdp1_units, fsdp2_units
 
 # Gaps in the compute stream shorter than this are not counted as a unit waiting.
 NOTABLE_WAIT_S = 1e-4

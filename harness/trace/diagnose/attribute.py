@@ -10,9 +10,7 @@ No torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -23,9 +21,8 @@ from harness.trace.diagnose.attribute_device import attribute_device
 from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.lanes import no_steps_reason
 from harness.trace.overlap import step_windows
-from harness.trace.parse import Trace, TraceError, load_trace
-from harness.trace.rank_files import checked_traces
-from harness.trace.summary import _recorded_on_gpu, find_traces
+from harness.trace.parse import Trace, TraceError
+from harness.trace.summary import _recorded_on_gpu
 from harness.trace.sweep_line import Tally
 
 _US = 1e-6
@@ -113,29 +110,3 @@ def attribute_loaded(trace: Trace, probe: dict[str, Any] | None = None) -> list[
     else:
         tally = attribute_host(trace, windows)
     return _steps(trace, windows, tally)
-
-
-def attribute_trace(path: Path | str, probe: dict[str, Any] | None = None) -> list[StepAttribution]:
-    """Every profiled step of one trace file, attributed."""
-    return attribute_loaded(load_trace(path), probe)
-
-
-def _probe(job_dir: Path) -> dict[str, Any] | None:
-    """The job's bandwidth probe (result.json metrics.bandwidth), None where it has none."""
-    try:
-        metrics = json.loads((job_dir / "result.json").read_text()).get("metrics") or {}
-        value = metrics.get("bandwidth")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def attribute_job(job_dir: Path | str) -> list[StepAttribution]:
-    """Every rank's trace of a job directory (traces/rank<r>.json[.gz]), attributed, with
-    the job's bandwidth probe as a yardstick where it recorded one."""
-    job_dir = Path(job_dir)
-    paths = checked_traces(find_traces(job_dir))
-    if not paths:
-        raise TraceError(f"{job_dir / 'traces'}: no rank<r>.json[.gz] trace files")
-    probe = _probe(job_dir)
-    return [step for p in paths for step in attribute_trace(p, probe)]

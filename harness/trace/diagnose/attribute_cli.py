@@ -13,8 +13,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from harness.markdown import markdown_table
 from harness.trace.diagnose import causes as C
-from harness.trace.diagnose.attribute import StepAttribution, attribute_job, attribute_trace
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.jobs import attribute_job, attribute_trace
 from harness.trace.parse import TraceError
 
 
@@ -62,20 +64,15 @@ def mean_title(steps: list[StepAttribution]) -> str:
 
 def step_table(s: StepAttribution, title: str | None = None) -> str:
     """One step's causes as a markdown table; causes of zero time are left out."""
-    lines = [
-        f"{title or f'rank {s.rank}, step {s.step}'}: {s.step_s * 1e3:.3f} ms",
-        "",
-        "| cause | ms | % of step | what |",
-        "| --- | ---: | ---: | --- |",
-    ]
+    rows = []
     for cause in C.ORDER:
         seconds = s.causes.get(cause, 0.0)
         if abs(seconds) < 5e-10:
             continue
         pct = 100.0 * seconds / s.step_s if s.step_s > 0 else 0.0
-        lines.append(
-            f"| {cause} | {seconds * 1e3:.3f} | {pct:.1f} | {C.DESCRIPTIONS.get(cause, '')} |"
-        )
+        rows.append([cause, f"{seconds * 1e3:.3f}", f"{pct:.1f}", C.DESCRIPTIONS.get(cause, "")])
+    table = markdown_table(["cause", "ms", "% of step", "what"], rows)
+    lines = [f"{title or f'rank {s.rank}, step {s.step}'}: {s.step_s * 1e3:.3f} ms", "", table]
     if s.host_ops:
         ops = ", ".join(f"{name} {sec * 1e3:.3f} ms" for name, sec in s.host_ops.items())
         lines += ["", f"host busy while the device waited: {ops}"]

@@ -25,8 +25,8 @@ import pandas as pd
 
 from harness.trace.classify import COMM, COMPUTE, classify
 from harness.trace.diagnose import causes as C
+from harness.trace.diagnose.host_ops import host_ops_in
 from harness.trace.diagnose.yardstick import collective_bytes, collective_kind, needed_us
-from harness.trace.host_ops import host_ops_in
 from harness.trace.lanes import GPU_CATEGORIES, on_cpu, where
 from harness.trace.overlap import merge, subtract
 from harness.trace.parse import Trace

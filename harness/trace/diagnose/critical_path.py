@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.trace.diagnose.ranks import CrossRank, analyse_job, split_collectives
+from harness.trace.diagnose.ranks import CrossRank, split_collectives
 from harness.trace.lanes import GPU_CATEGORIES, on_cpu, where
 from harness.trace.parse import Trace, TraceError, _open_text, _Stream
 from harness.trace.ranges import thread_ids
+from harness.trace.summary import Analysis
 
 _US = 1e-6
 TIGHT_US = 10.0  # a release this close before an event's start is its cause
@@ -298,9 +299,9 @@ def cross_edges(graphs: dict[int, RankGraph], cross: CrossRank) -> CrossEdges:
     return out
 
 
-def job_critical_paths(job_dir: Path | str) -> list[CriticalPath]:
-    """Every rank's every step of a GPU job, with the cross-rank edges."""
-    analyses = analyse_job(job_dir)
+def critical_paths(analyses: list[Analysis], job: str) -> list[CriticalPath]:
+    """Every rank's every step of a GPU job (its ranks' analysed traces), with the
+    cross-rank edges; `job` names it in an error."""
     cross = split_collectives(analyses)
     graphs = {
         a.rank: RankGraph(a.trace, read_syncs(a.trace.path), a.rank, cross.offsets_us[a.rank])
@@ -308,7 +309,7 @@ def job_critical_paths(job_dir: Path | str) -> list[CriticalPath]:
         if a.kind == "gpu"
     }
     if not graphs:
-        raise TraceError(f"{job_dir}: a critical path needs GPU traces (kernels on streams)")
+        raise TraceError(f"{job}: a critical path needs GPU traces (kernels on streams)")
     edges = cross_edges(graphs, cross)
     out = []
     for a in analyses:

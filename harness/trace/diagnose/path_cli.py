@@ -13,7 +13,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from harness.trace.diagnose.critical_path import job_critical_paths, path_lines
+from harness.trace.diagnose.critical_path import path_lines
+from harness.trace.jobs import job_critical_paths
 
 
 def run(args: argparse.Namespace) -> int:

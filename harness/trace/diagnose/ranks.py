@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,9 +32,7 @@ from harness.trace.diagnose.attribute_device import attribute_device
 from harness.trace.diagnose.attribute_host import attribute_host
 from harness.trace.diagnose.yardstick import collective_kind
 from harness.trace.overlap import Intervals, intersect, subtract
-from harness.trace.parse import TraceError, load_trace
-from harness.trace.rank_files import checked_traces, every_rank_once
-from harness.trace.summary import Analysis, analyse, find_traces
+from harness.trace.summary import Analysis
 
 _US = 1e-6
 # the part of an exposed collective spent waiting for the last rank: by_unit names the rank
@@ -307,23 +304,3 @@ def late_arrivals(cross: CrossRank, shown: int = 3) -> list[str]:
         rest = sum(v for _, v in ranked[shown:]) / steps
         lines.append(f"skew: {len(ranked) - shown} more, {rest * 1e3:.3f} ms per step")
     return lines
-
-
-def analyse_job(job_dir: Path | str) -> list[Analysis]:
-    paths = checked_traces(find_traces(job_dir))
-    if not paths:
-        raise TraceError(f"{job_dir}: no traces/rank<r>.json[.gz] trace files")
-    analyses = [analyse(load_trace(p)) for p in paths]
-    every_rank_once(Path(job_dir), paths, [_rank_record(a) for a in analyses], all_ranks=False)
-    return analyses
-
-
-def _rank_record(a: Analysis) -> dict[str, object]:
-    """The rank and world size a trace records, as rank_files checks them."""
-    world = (a.trace.metadata.get("distributedInfo") or {}).get("world_size")
-    return {"rank": a.rank, "world_size": world if isinstance(world, int) else None}
-
-
-def job_cross_rank(job_dir: Path | str) -> CrossRank:
-    """The cross-rank split of every rank's trace of a job."""
-    return split_collectives(analyse_job(job_dir))

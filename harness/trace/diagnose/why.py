@@ -1,8 +1,9 @@
 """Why one job's step is longer than another's: the traced difference, cause by cause.
 
-Two jobs at the same grid point (`harness.jobdir.grid_point`) are compared on their traces: each
-rank's profiled steps are attributed (`harness.trace.diagnose.attribute`), the exposed waits for a
-late rank moved into their own cause (`harness.trace.diagnose.ranks`), and each step is read on its
+Two jobs at the same grid point (`harness.jobdir.grid_point`) are compared on their records:
+each rank's profiled steps attributed (`harness.trace.diagnose.attribute`), the exposed waits
+for a late rank moved into their own cause (`harness.trace.diagnose.ranks`), as the job's
+traced record holds them (`harness.trace.diagnose.traced`), and each step is read on its
 slowest rank, the rank whose step was the step. The difference of the means over steps is
 split by cause (the causes of a step sum to it, so the terms sum to the difference), and
 a cause is split by unit where its attribution names them.
@@ -16,34 +17,22 @@ says so before anything else. No torch.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.jobdir.grid_point import GridPoint
-from harness.jobdir.paths import JobDir
-from harness.jobdir.result import CorruptResultError, Result, read_result
+from harness.jobdir.result import Result
 from harness.trace.diagnose import causes
-from harness.trace.diagnose.attribute import StepAttribution, attribute_loaded
-from harness.trace.diagnose.ranks import (
-    SKEW,
-    SKEW_DESCRIPTION,
-    analyse_job,
-    exposed_skew,
-    late_arrivals,
-    split_collectives,
-    with_skew,
-)
-from harness.trace.summary import Analysis
+from harness.trace.diagnose.attribute import StepAttribution
+from harness.trace.diagnose.ranks import SKEW, SKEW_DESCRIPTION
+from harness.trace.diagnose.traced import steps_of
 
 # The profiled pass's mean step may differ from the timed median by this much (a fraction).
 TRACE_TOLERANCE = 0.25
 # Terms smaller than this share of the longer step are folded into one line.
 SHOWN_FRACTION = 0.005
 UNITS_SHOWN = 3
-
-Attribute = Callable[[Path], list[StepAttribution]]
 
 
 class WhyError(ValueError):
@@ -52,6 +41,16 @@ class WhyError(ValueError):
 
 def describe(cause: str) -> str:
     return SKEW_DESCRIPTION if cause == SKEW else causes.DESCRIPTIONS.get(cause, cause)
+
+
+@dataclass(frozen=True)
+class JobRecords:
+    """What `why` reads of one job: its name (a job directory, for the lines), its measured
+    record (result.json) and its traced record (harness.trace.diagnose.traced)."""
+
+    job_dir: Path
+    result: Result
+    traced: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -91,64 +90,44 @@ def _mean(steps: list[StepAttribution]) -> tuple[dict[str, float], dict[str, dic
     return dict(total), {c: dict(u) for c, u in units.items()}
 
 
-def _read(job_dir: Path) -> Result:
-    try:
-        return read_result(JobDir(job_dir).result)
-    except (CorruptResultError, FileNotFoundError) as e:
-        raise WhyError(f"{job_dir}: no readable result.json ({e})") from e
-
-
-def _attribute(
-    job_dir: Path, analyses: list[Analysis], probe: dict[str, Any] | None
-) -> list[StepAttribution]:
-    """Every rank's steps, attributed from the traces already parsed for the ranks' split."""
-    return [step for a in analyses for step in attribute_loaded(a.trace, probe)]
-
-
-def traced_job(
-    job_dir: Path | str, attribute: Attribute | None = None, rank: int | None = None
-) -> TracedJob:
-    """Read one job's result and traces: each step on its slowest rank, or on `rank`;
-    raise WhyError naming the job when it cannot."""
-    job_dir = Path(job_dir)
-    result = _read(job_dir)
-    analyses = analyse_job(job_dir)
-    cross = split_collectives(analyses)
-    skew = {a.rank: exposed_skew(a, cross.splits) for a in analyses}
-    probe = result.metrics.bandwidth
-    attributed = attribute(job_dir) if attribute else _attribute(job_dir, analyses, probe)
-    steps = [with_skew(s, skew.get(s.rank, {}).get(s.step, {})) for s in attributed]
+def traced_job(job: JobRecords, rank: int | None = None) -> TracedJob:
+    """One job's records read as its traced step: each step on its slowest rank, or on
+    `rank`; raise WhyError naming the job when it cannot."""
+    if "error" in job.traced:
+        raise WhyError(f"{job.job_dir}: {job.traced['error']}")
+    steps = steps_of(job.traced)
     if not steps:
-        raise WhyError(f"{job_dir}: its traces hold no profiled step")
+        raise WhyError(f"{job.job_dir}: its traces hold no profiled step")
     if rank is None:
         slowest = _slowest_steps(steps)
     else:
         slowest = sorted((s for s in steps if s.rank == rank), key=lambda s: s.step)
         if not slowest:
-            raise WhyError(f"{job_dir}: its traces hold no step of rank {rank}")
+            raise WhyError(f"{job.job_dir}: its traces hold no step of rank {rank}")
     mean_causes, mean_units = _mean(slowest)
+    result = job.result
     return TracedJob(
-        job_dir=job_dir,
-        label=str(result.engine.get("label") or result.engine.get("name") or job_dir.name),
+        job_dir=job.job_dir,
+        label=str(result.engine.get("label") or result.engine.get("name") or job.job_dir.name),
         point=GridPoint.of(result.config),
         timed_s=result.metrics.iteration_time_s,
         step_s=sum(s.step_s for s in slowest) / len(slowest),
         causes=mean_causes,
         by_unit=mean_units,
         slowest_ranks=dict(Counter(s.rank for s in slowest)),
-        late=late_arrivals(cross),
-        notes=cross.warnings,
+        late=list(job.traced.get("late", [])),
+        notes=list(job.traced.get("notes", [])),
     )
 
 
-def check_same_point(job_a: Path | str, job_b: Path | str) -> None:
+def check_same_point(a: JobRecords, b: JobRecords) -> None:
     """Raise WhyError, naming the fields, when the jobs are at different grid points."""
-    a, b = GridPoint.of(_read(Path(job_a)).config), GridPoint.of(_read(Path(job_b)).config)
-    da, db = a.to_dict(), b.to_dict()
+    da = GridPoint.of(a.result.config).to_dict()
+    db = GridPoint.of(b.result.config).to_dict()
     differ = [f"{k}: {da[k]!r} vs {db[k]!r}" for k in da if da[k] != db.get(k)]
     if differ:
         raise WhyError(
-            f"{job_a} and {job_b} are at different grid points ({'; '.join(differ)}); "
+            f"{a.job_dir} and {b.job_dir} are at different grid points ({'; '.join(differ)}); "
             "compare jobs of one point"
         )
 
@@ -220,17 +199,12 @@ def _job_json(j: TracedJob) -> dict[str, Any]:
     }
 
 
-def why(
-    job_a: Path | str,
-    job_b: Path | str,
-    attribute: Attribute | None = None,
-    rank: int | None = None,
-) -> dict:
-    """`compare` of two job directories at one grid point (else WhyError), each step read
-    on its slowest rank, or on `rank` in both jobs."""
-    check_same_point(job_a, job_b)
-    a, b = traced_job(job_a, attribute, rank), traced_job(job_b, attribute, rank)
-    return {**compare(a, b), "rank": rank}
+def why(a: JobRecords, b: JobRecords, rank: int | None = None) -> dict:
+    """`compare` of two jobs' records at one grid point (else WhyError), each step read on
+    its slowest rank, or on `rank` in both jobs. A function of two records: nothing here
+    reads a job directory (`harness.trace.jobs` reads them, cached)."""
+    check_same_point(a, b)
+    return {**compare(traced_job(a, rank), traced_job(b, rank)), "rank": rank}
 
 
 def _slowest(job: dict[str, Any]) -> str:

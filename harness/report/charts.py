@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.jobdir.grid_point import GridPoint  # noqa: E402
-from harness.report.compare import (  # noqa: E402
+from harness.report.matching import (  # noqa: E402
     engine_rank,
     match_key,
     metric,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.jobdir.grid_point import GridPoint, Setting
-from harness.report.compare import match_key, point_label
+from harness.report.matching import match_key, point_label
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.engines.registry import ENGINES
-from harness.report.compare import (
+from harness.report.jobs import ReportJobs
+from harness.report.markdown import bullets, md_table
+from harness.report.matching import (
     BASELINES,
     STATUS_CELL,
     YAFSDP,
@@ -15,12 +17,9 @@ from harness.report.compare import (
     off_registered,
     point_label,
 )
-from harness.report.jobs import ReportJobs
-from harness.report.markdown import bullets, md_table
 from harness.report.measured import Measured, measured_block
-from harness.report.pictures import Pictures
-from harness.report.significance import METHOD
-from harness.report.speedups import MIN_STEPS_FOR_SPREAD, Speedup
+from harness.report.picture_links import Pictures
+from harness.report.speedups import METHOD, MIN_STEPS_FOR_SPREAD, Speedup
 from harness.report.tables import (
     FLAG,
     speedup_table,
@@ -171,11 +170,18 @@ def noise_notes(rows: list[Speedup]) -> list[str]:
     return notes
 
 
+# A job recorded before jobs wrote prediction.json keeps its predicted terms in result.json
+# (`metrics.predicted`) but no why-lines; the report plans nothing, so it says so.
+NO_STORED_WHY = (
+    "(no why-lines stored: the yafsdp job predates prediction.json; "
+    "`python -m harness.plan --why {point}` prints them)"
+)
+
+
 def why_block(rows: list[Speedup], baseline: str) -> list[str]:
     """Beside the measured speedups, the planner's: by how much and why, term by term
-    (the lines `python -m harness.plan` prints, from each job's recorded prediction)."""
-    from harness.plan.explain import why_lines
-
+    (the lines `python -m harness.plan` prints, stored by the yafsdp job in its
+    prediction.json; the report reads them, it never plans)."""
     explained = []
     for row in rows:
         if row.yafsdp is None or row.baseline is None:
@@ -187,7 +193,10 @@ def why_block(rows: list[Speedup], baseline: str) -> list[str]:
         measured = "—" if row.speedup_pct is None else f"{row.speedup_pct:+.1f}%"
         explained.append(f"{point_label(row.key)}: measured speedup {measured}, predicted "
                          f"{(t_b - t_y) / t_b * 100:+.1f}%")  # fmt: skip
-        explained += [f"    {line}" for line in why_lines(mine, theirs, baseline)]
+        lines = (mine.get("why") or {}).get(baseline)
+        if lines is None:
+            lines = [NO_STORED_WHY.format(point=row.key.words())]
+        explained += [f"    {line}" for line in lines]
     if not explained:
         return ["Why (predicted): no time prediction for these jobs (the hardware profile "
                 "has no peak FLOP/s or memory bandwidth, as on CPU)."]  # fmt: skip
