@@ -21,7 +21,7 @@ from harness.report.matching import (
 )
 from harness.report.measured import Measured
 from harness.report.picture_links import Pictures, timelines
-from harness.report.published import definitions, published_tables
+from harness.report.published import definitions, published_tables, verdict_box
 from harness.report.tables import (
     FLAG,
     PREDICTION_FLAG,
@@ -34,7 +34,6 @@ from harness.report.tables import (
     throughput_table,
     timing_table,
 )
-from harness.report.verdict import verdict_box
 
 
 def header(r: ReportJobs) -> list[str]:

@@ -85,7 +85,7 @@ def timeline(args: argparse.Namespace) -> int:
 
 
 def merge(args: argparse.Namespace) -> int:
-    from harness.trace.merge import merge_job
+    from harness.trace.rank_files import merge_job
 
     path, ranks, events = merge_job(args.job_dir, args.output)
     print(f"wrote {Path(path).resolve()} ({ranks} ranks, {events} events, each rank its own "

@@ -49,8 +49,8 @@ def test_runs_of_different_rounds_are_no_comparison_and_say_why() -> None:
     import pandas as pd
 
     from harness.jobdir.grid_point import GridPoint
+    from harness.report.published import verdict_line
     from harness.report.speedups import Speedup
-    from harness.report.verdict import verdict_line
 
     key = GridPoint.of({"model": "llama_tiny", "gpus": 2, "seq_len": 32, "ckpt_layers": 0})
     ok = pd.Series({"status": "ok"})
