@@ -74,6 +74,12 @@ class NetworkSpec:
     net_overhead_us: float = 0.0  # per intra-node step once a ring crosses nodes
     ll_max_gbps: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     ll128_channel_gbps: float = 0.0
+    # Measured bus bandwidth of a large all-gather and reduce-scatter (nccl-tests' busbw:
+    # latency included) on `bus_measured_nodes` nodes; 0: derived from the NICs. Other node
+    # counts follow `node_decline_per_doubling`, capped by the NICs' line rate.
+    all_gather_bus_gbps: float = 0.0
+    reduce_scatter_bus_gbps: float = 0.0
+    bus_measured_nodes: int = 0
 
     def known(self) -> bool:
         return bool(self.nvlink_channels and self.nvlink_channel_gbps)
@@ -186,6 +192,9 @@ class JobConfig:
     # The planner's only: the torch version whose engine code and stream priorities a plan
     # models ("": the installed torch's). A job always runs the installed torch.
     torch_version: str = field(default="", metadata=_lives(PLANNER))
+    # The planner's only: programs of published code planned beside each point's engines,
+    # never run (comma-separated; `ya_fsdp_v1`: upstream YaFSDP v1 as its README's runs ran it).
+    plan_engines: str = field(default="", metadata=_lives(PLANNER))
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     # a multirun with a job that is not ok exits 1; true (for drills) lets it exit 0

@@ -8,7 +8,10 @@ Suite C: per-rank memory at the published world sizes through the fake process g
 a machine without CUDA it runs at a reduced size on CPU.
 Suite D: the give-way probe (`python -m harness.plan.probe give-way`): a side kernel's wait
 for SMs behind the model's GEMMs at stream priority 0 and -1, written as a calibration file.
-They run in the order asked (default A, B, D, C: `schedule`), each announced with its
+Suite S: the serial backward's constants (`suite_s`): FSDP1's cat stream and hooks under the
+fake process group, the chain's wait distribution, YaFSDP v1's -1 copy, bandwidth
+efficiencies and allocator retries at 80 GiB, added to suite D's calibration file.
+They run in the order asked (default A, B, D, S, C: `schedule`), each announced with its
 estimated GPU minutes; the report is written after every row, and C takes what the run's
 deadline leaves. The report and its arithmetic (`check_rows`, `report`, `schedule`,
 `judging`, `footprint`) import no torch; the suites do.

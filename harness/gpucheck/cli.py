@@ -1,4 +1,4 @@
-"""`python -m harness.gpucheck [--suite A|B|C|D ...] [--deadline-s S] [--require-gpu]`, what
+"""`python -m harness.gpucheck [--suite A|B|C|D|S ...] [--deadline-s S] [--require-gpu]`, what
 `make gpu-check` runs.
 
 The suites run in the order asked (default A, B, D, C: the most valuable first); each
@@ -81,9 +81,10 @@ def estimate(suite: str, cuda: bool, left_s: float) -> str:
     if suite == ELASTIC:
         where = "" if cuda else " (reduced, on CPU)"
         return f"elastic: up to the {max(0.0, left_s) / 60:.1f} min the deadline leaves{where}"
-    from harness.gpucheck import suite_a, suite_b, suite_d
+    from harness.gpucheck import suite_a, suite_b, suite_d, suite_s
 
-    units = {"A": lambda: suite_a.WORK, "B": suite_b.work, "D": lambda: suite_d.WORK}[suite]()
+    units = {"A": lambda: suite_a.WORK, "B": suite_b.work, "D": lambda: suite_d.WORK,
+             "S": lambda: suite_s.WORK}[suite]()  # fmt: skip
     return Work(units).describe() + ("" if cuda else "; skipped here: no CUDA device")
 
 
@@ -109,6 +110,14 @@ def run_suite(suite: str, cuda: bool, args: argparse.Namespace, deadline: Deadli
         budget = left_s if args.budget_s is None else min(args.budget_s, left_s)
         suite_c.run(device, reduced=not cuda, budget_s=max(0.0, budget), on_row=rec.add)
         return
+    elif suite == "S":
+        from harness.gpucheck import suite_s
+
+        if cuda:
+            name = torch.cuda.get_device_name(0)
+            suite_s.run(reports_dir / device_slug(name), name, torch.device("cuda", 0), rec.add)
+            return
+        rows = skipped_suite("S", suite_s.NAMES)
     else:
         from harness.gpucheck import suite_d
 
@@ -123,9 +132,9 @@ def run_suite(suite: str, cuda: bool, args: argparse.Namespace, deadline: Deadli
 
 def suite_names(suite: str) -> list[tuple[str, str]]:
     """The rows of a suite that is not elastic (C's rows are skipped by C itself)."""
-    from harness.gpucheck import suite_a, suite_b, suite_d
+    from harness.gpucheck import suite_a, suite_b, suite_d, suite_s
 
-    return {"A": suite_a.NAMES, "B": suite_b.NAMES, "D": suite_d.NAMES}[suite]
+    return {"A": suite_a.NAMES, "B": suite_b.NAMES, "D": suite_d.NAMES, "S": suite_s.NAMES}[suite]
 
 
 def skipped_suite(suite: str, names: list[tuple[str, str]], why: str = NO_GPU) -> list[Check]:

@@ -2,7 +2,7 @@
 run's deadline (no torch).
 
 The default order puts the most valuable checks first: A (the engine on real streams),
-B (every engine's numerics on CUDA), D (the planner's one-GPU measurements), then C,
+B (every engine's numerics on CUDA), D and S (the planner's one-GPU measurements), then C,
 which is elastic: it gets whatever time the deadline leaves. The default deadline fits a
 run in one 10-minute command, with room for the wheels' install and process start.
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-ORDER = ("A", "B", "D", "C")
+ORDER = ("A", "B", "D", "S", "C")
 ELASTIC = "C"
 DEFAULT_DEADLINE_S = 540.0
 # Assumed seconds per unit of work on one H100/H200 (not measured: see the module's note).

@@ -25,7 +25,13 @@ from typing import Any
 from harness.config import JobConfig
 from harness.jobdir.grid_point import point_words
 from harness.plan.calibrate.calibration import Calibration
-from harness.plan.planner import NEAR_CAPACITY, PlanRow, add_speedups, plan_row
+from harness.plan.planner import (
+    NEAR_CAPACITY,
+    PlanRow,
+    add_speedups,
+    plan_row,
+    planned_only_configs,
+)
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 EXIT_INVALID = 2
@@ -85,6 +91,7 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
             if errors:
                 raise PlanError(f"{' '.join(extra) or 'the job'}: " + "; ".join(errors))
             configs.append(job)
+    configs += planned_only_configs(configs)  # a ValueError names the field: a refusal
     return configs
 
 
@@ -250,8 +257,9 @@ def format_constants(rows: list[dict[str, Any]], origin_only: bool = False) -> s
     return "\n".join(out)
 
 
-def plan(overrides: list[str], measured: Calibration | None = None) -> list[PlanRow]:
-    rows = [plan_row(cfg, measured) for cfg in job_configs(overrides)]
+def plan(overrides: list[str], measured: Calibration | None = None, ablate: bool = True
+         ) -> list[PlanRow]:  # fmt: skip
+    rows = [plan_row(cfg, measured, ablate=ablate) for cfg in job_configs(overrides)]
     add_speedups(rows)
     return rows
 

@@ -14,7 +14,9 @@ COMPUTE_CONSTANTS = ("peak_tflops", "memory_gbps", "memory_efficiency", "kernel_
                      "launch_us", "hook_us", "nccl_sms")  # fmt: skip
 NETWORK_CONSTANTS = ("nvlink_channels", "nvlink_channel_gbps", "nics_per_node", "nic_gbps",
                      "nic_efficiency", "node_decline_per_doubling", "base_latency_us",
-                     "nvlink_step_us", "net_step_us", "net_overhead_us", "ll_max_gbps")  # fmt: skip
+                     "nvlink_step_us", "net_step_us", "net_overhead_us", "ll_max_gbps",
+                     "all_gather_bus_gbps", "reduce_scatter_bus_gbps",
+                     "bus_measured_nodes")  # fmt: skip
 
 
 def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, dict[str, Any]]:
@@ -57,6 +59,8 @@ _GROUPS = {
     "nvlink_step_us": "network.base_latency_us",
     "net_step_us": "network.base_latency_us",
     "attention_seq": "attention_tflops",
+    "reduce_scatter_bus_gbps": "network.all_gather_bus_gbps",
+    "bus_measured_nodes": "network.all_gather_bus_gbps",
 }
 
 

@@ -26,12 +26,14 @@ _PART_WORDS = {
     "exposed all_reduce": "compute waiting for all-reduces",
     "waits for the host": "compute waiting for the host (kernel launches, hooks, rate limiter)",
     "allocator retries": "compute waiting while the allocator's retries synchronise the device",
-    "waits for the side stream": "compute waiting for the post-backward stream",
+    "waits for the side stream": "compute waiting for a side stream (post-backward; v1: comm)",
     "fsdp1_flat_grad": "FSDP1's flat-gradient copies",
     "fsdp1_shard_cast": "FSDP1's casts of the fp32 shards before each gather",
     "fsdp1_grad_upcast": "FSDP1's gradient upcasts and divisions",
     "fsdp2_copy_in_out": "FSDP2's copy-in and copy-out",
     "yafsdp_buffers": "yafsdp's gradient-buffer and staging copies",
+    "ya_fsdp_v1_grad_copy": "upstream YaFSDP v1's fp32 gradient copies and its one division",
+    "waits for the unshard stream": "compute waiting for the unshard stream (FSDP1's cat)",
     "local_grad_cast": "the unsharded gradients' fp32 cast",
 }
 
@@ -41,6 +43,9 @@ _MECHANISM_WORDS = {
     "fsdp1_grad_upcast": "gradient upcast and pre/post-divide",
     "fsdp2_copy_in_out": "copy-in and copy-out",
     "yafsdp_buffers": "gradient-buffer kernels",
+    "fsdp1_cat_on_unshard": "flat-gradient cat on the unshard stream, behind the all-gathers",
+    "ya_fsdp_v1_grad_copy": "fp32 gradient copy on the -1 comm stream, one division",
+    "slowest_rank_per_link": "the slowest rank at every link of a chain",
     "launch_overhead": "kernel launches and hooks on the host",
     "nccl_sm_contention": "NCCL's SMs taken from overlapped compute",
     "side_stream_sharing": "side-stream kernels sharing the GPU with compute",
@@ -61,11 +66,14 @@ def _count(waits: dict[str, Any] | None, part: str) -> str:
     return f" ({n} units wait)" if n else ""
 
 
-def why_lines(yafsdp: dict[str, Any], baseline: dict[str, Any], label: str) -> list[str]:
-    """Lines saying by how much and why `label`'s step differs from yafsdp's."""
+def why_lines(
+    yafsdp: dict[str, Any], baseline: dict[str, Any], label: str, reference: str = "yafsdp"
+) -> list[str]:
+    """Lines saying by how much and why `label`'s step differs from `reference`'s (yafsdp's,
+    or a planned program's such as the published YaFSDP's)."""
     t_y, t_b = yafsdp["iteration_time_s"], baseline["iteration_time_s"]
     diff = t_b - t_y
-    lines = [f"{label} {_s(diff)} ({diff / t_b * 100:+.1f}% of its step) against yafsdp"]
+    lines = [f"{label} {_s(diff)} ({diff / t_b * 100:+.1f}% of its step) against {reference}"]
     parts_y, parts_b = yafsdp.get("breakdown") or {}, baseline.get("breakdown") or {}
     deltas = {k: parts_b.get(k, 0.0) - parts_y.get(k, 0.0) for k in {*parts_y, *parts_b}}
     shown, rest = [], 0.0
@@ -76,7 +84,7 @@ def why_lines(yafsdp: dict[str, Any], baseline: dict[str, Any], label: str) -> l
         words = _PART_WORDS.get(key, key)
         shown.append(
             f"  {_s(delta)}: {words}, {label} {parts_b.get(key, 0.0):.3f} s"
-            f"{_count(baseline.get('waits'), key)} vs yafsdp {parts_y.get(key, 0.0):.3f} s"
+            f"{_count(baseline.get('waits'), key)} vs {reference} {parts_y.get(key, 0.0):.3f} s"
             f"{_count(yafsdp.get('waits'), key)}"
         )
     lines += shown
@@ -89,9 +97,9 @@ def why_lines(yafsdp: dict[str, Any], baseline: dict[str, Any], label: str) -> l
             continue
         words = _MECHANISM_WORDS.get(name, name)
         own = [f"{label} {_s(cost_b)}" if cost_b is not None else None,
-               f"yafsdp {_s(cost_y)}" if cost_y is not None else None]  # fmt: skip
+               f"{reference} {_s(cost_y)}" if cost_y is not None else None]  # fmt: skip
         lines.append(f"  mechanism {words}: " + ", ".join(o for o in own if o))
-    for engine, row in ((label, baseline), ("yafsdp", yafsdp)):
+    for engine, row in ((label, baseline), (reference, yafsdp)):
         lines += _give_way_lines(engine, row, SHOWN_FRACTION * t_b)
     return lines
 

@@ -90,9 +90,33 @@ def planned_label(cfg: JobConfig) -> str:
     """The registry label the planner models a job as: its own, or where the registry
     lacks it (an A/A check's second name for an engine) its adapter's own label."""
     from harness.engines.registry import ENGINES
+    from harness.plan.time.timing import PLANNED_ONLY
 
     label = cfg.engine.label
-    return label if label in ENGINES or cfg.engine.name not in ENGINES else cfg.engine.name
+    if label in ENGINES or label in PLANNED_ONLY or cfg.engine.name not in ENGINES:
+        return label
+    return cfg.engine.name
+
+
+def planned_only_configs(configs: list[JobConfig]) -> list[JobConfig]:
+    """Each point's jobs for the programs its `plan_engines` names (planned, never run): one
+    per point and program, as the point's first job with that engine."""
+    from dataclasses import replace
+
+    from harness.config import EngineConfig
+    from harness.plan.time.timing import PLANNED_ONLY
+
+    added: dict[tuple, JobConfig] = {}
+    for cfg in configs:
+        for label in (s.strip() for s in cfg.plan_engines.split(",") if s.strip()):
+            if label not in PLANNED_ONLY:
+                raise ValueError(f"plan_engines={label!r} is not a planned program; use one of: "
+                                f"{', '.join(PLANNED_ONLY)}")  # fmt: skip
+            key = (label, cfg.model, cfg.gpus, cfg.seq_len, cfg.ckpt_layers, cfg.micro_batch,
+                   cfg.dtype, cfg.grad_accum)  # fmt: skip
+            engine = EngineConfig(name=label, label=label, reduce_dtype=cfg.engine.reduce_dtype)
+            added.setdefault(key, replace(cfg, engine=engine))
+    return list(added.values())
 
 
 def memory_case(
@@ -104,9 +128,12 @@ def memory_case(
 ) -> MemoryCase:
     """The job's memory case; for yafsdp with the memory budget its engine gets (the
     buffer plan is chosen for it), unless `with_budget` is off."""
+    from harness.plan.time.timing import PLANNED_ONLY_MEMORY
+
+    label = planned_label(cfg)
     case = MemoryCase(
         model=cfg.model,
-        engine=planned_label(cfg),
+        engine=PLANNED_ONLY_MEMORY.get(label, label),
         world_size=cfg.gpus,
         seq_len=cfg.seq_len,
         ckpt_layers=cfg.ckpt_layers if ckpt_layers is None else ckpt_layers,
@@ -211,6 +238,11 @@ def network(cfg: JobConfig, measured: Calibration | None = None) -> CollectivePr
         net_overhead_us=net.net_overhead_us,
         ll_max_gbps=_three(net.ll_max_gbps),
         ll128_channel_gbps=net.ll128_channel_gbps,
+        measured_bus_gbps=(
+            ("all_gather", net.all_gather_bus_gbps),
+            ("reduce_scatter", net.reduce_scatter_bus_gbps),
+        ),  # fmt: skip
+        measured_nodes=net.bus_measured_nodes,
     )
 
 
@@ -237,12 +269,15 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
     )
 
 
-def predict_time(cfg: JobConfig, measured: Calibration | None = None) -> TimeEstimate | None:
+def predict_time(
+    cfg: JobConfig, measured: Calibration | None = None, *, ablate: bool = True
+) -> TimeEstimate | None:
+    """`ablate`: each mechanism's own cost too (a step simulated without each)."""
     spec = cfg.device_spec
     net = network(cfg, measured)
     if net is None or not spec.knows_time():
         return None
-    return estimate_time(time_case(cfg, measured), spec, net)
+    return estimate_time(time_case(cfg, measured), spec, net, ablate=ablate)
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
@@ -275,9 +310,11 @@ def retry_price_s(cfg: JobConfig, measured: Calibration | None, moments: tuple[s
 
 
 def plan_row(
-    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True
-) -> PlanRow:
-    """`price_retries`: the allocator's retries as a term of the time (its switch)."""
+    cfg: JobConfig, measured: Calibration | None = None, *, price_retries: bool = True,
+    ablate: bool = True,
+) -> PlanRow:  # fmt: skip
+    """`price_retries`: the allocator's retries as a term of the time (its switch);
+    `ablate`: each mechanism's own cost (`predict_time`)."""
     moments = moments_by_class(memory_case(cfg, measured=measured))
     memory = peak_of(moments)
     have = cfg.device_memory_gb * GIB
@@ -288,7 +325,7 @@ def plan_row(
         smallest = 0
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
-    time = predict_time(cfg, measured)
+    time = predict_time(cfg, measured, ablate=ablate)
     allocator = estimate_allocator(moments, cfg.engine.label, int(have) or None)
     if price_retries and time is not None and allocator and allocator.retries_per_step:
         time = with_retry_term(time, retry_price_s(cfg, measured, allocator.retry_moments))
@@ -305,22 +342,29 @@ def add_speedups(rows: list[PlanRow]) -> None:
     same point, as the README defines speedup."""
     from harness.engines.registry import BASELINES, YAFSDP
     from harness.plan.explain import why_lines
+    from harness.plan.time.timing import PLANNED_ONLY
 
     def point(r: PlanRow) -> tuple:
         c = r.cfg
         return (c.model, c.gpus, c.seq_len, c.ckpt_layers, c.micro_batch, c.dtype)
 
     for row in rows:
-        if row.cfg.engine.label != YAFSDP or row.time is None:
+        own = row.cfg.engine.label
+        if own not in (YAFSDP, *PLANNED_ONLY) or row.time is None:
             continue
         for other in rows:
             label = other.cfg.engine.label
-            if label in BASELINES and point(other) == point(row) and other.time is not None:
+            if point(other) != point(row) or other.time is None:
+                continue
+            if label in BASELINES:
                 base = other.time.iteration_time_s
                 row.speedup[label] = (base - row.time.iteration_time_s) / base
-                row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
-                                           label)  # fmt: skip
-                row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
+            # why-lines on yafsdp's row: against each baseline and the published program
+            if own != YAFSDP or not (label in BASELINES or label in PLANNED_ONLY):
+                continue
+            row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
+                                       label, own)  # fmt: skip
+            row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
 
 
 # A predicted peak past this share of device memory is flagged (not priced): see below.

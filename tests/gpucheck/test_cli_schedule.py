@@ -55,7 +55,7 @@ def test_suites_run_in_the_order_asked_each_announced_first(fake_c, tmp_path, ca
     out = capsys.readouterr().out
     announced = re.findall(r"\[gpu-check\] suite ([A-D]): ", out)
     assert announced == ["D", "C", "A"]
-    assert cli.parse_args([]).suite is None and list(ORDER) == ["A", "B", "D", "C"]
+    assert cli.parse_args([]).suite is None and list(ORDER) == ["A", "B", "D", "S", "C"]
 
 
 def test_each_gpu_suite_prints_its_estimate_from_its_work(fake_c, tmp_path, capsys):

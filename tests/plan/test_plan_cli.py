@@ -31,9 +31,10 @@ def _json_rows(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict]:
 
 
 def test_the_published_preset_expands_to_16_points_times_3_engines(capsys) -> None:
+    """... and the published program (ya_fsdp_v1), planned beside them at each point."""
     rows = _json_rows(capsys, "experiment=yafsdp_readme")
-    assert len(rows) == 48
-    assert {r["engine"] for r in rows} == {"yafsdp", "fsdp1", "fsdp2"}
+    assert len(rows) == 64
+    assert {r["engine"] for r in rows} == {"yafsdp", "fsdp1", "fsdp2", "ya_fsdp_v1"}
     assert len({(r["model"], r["gpus"], r["seq_len"], r["ckpt_layers"]) for r in rows}) == 16
     for row in rows:
         assert all(row[k] is not None for k in REQUIRED), row
@@ -43,8 +44,10 @@ def test_the_published_preset_expands_to_16_points_times_3_engines(capsys) -> No
             row["compute_s"] + row["exposed_comm_s"] + row["other_s"] + row["stall_s"]
         )
         assert sum(row["breakdown"].values()) == pytest.approx(row["iteration_time_s"], abs=1e-4)
-    yafsdp = [r for r in rows if r["engine"] == "yafsdp"]
-    assert all(set(r["speedup_vs"]) == {"fsdp1", "fsdp2"} for r in yafsdp)
+    for engine in ("yafsdp", "ya_fsdp_v1"):
+        compared = [r for r in rows if r["engine"] == engine]
+        assert len(compared) == 16
+        assert all(set(r["speedup_vs"]) == {"fsdp1", "fsdp2"} for r in compared)
 
 
 def test_comma_lists_sweep_and_fit_is_decided_against_the_device(capsys) -> None:

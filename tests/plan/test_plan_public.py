@@ -76,3 +76,11 @@ def test_engine_against_engine_predictions_fall_in_the_measured_range(speedups) 
     for r in speedups:
         low, high = r["measured_range"]
         assert low <= r["predicted_speedup"] <= high, r
+
+
+def test_the_accuracy_page_is_what_the_command_prints_now(rows: list[dict]) -> None:
+    """docs/planner-accuracy.md is written by `python -m harness.plan.calibrate.accuracy_doc`; the
+    public runs' plans are shared with the tests above (planned once per process)."""
+    from harness.plan.calibrate.accuracy_doc import DOC, render
+
+    assert DOC.read_text() == render(), "run: python -m harness.plan.calibrate.accuracy_doc"

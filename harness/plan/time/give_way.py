@@ -62,6 +62,10 @@ class GiveWayConstants:
     # independent launches each rank is at a uniform phase of the kernel it runs when its
     # collective becomes ready (1.0); a probe across ranks can measure less.
     rank_phase_spread: float = 1.0
+    # Probability that a chain's later link loses the race for the SMs to the compute kernel
+    # that became pending with it (`slowest_rank.py`): two pending kernels of equal
+    # priority, neither favoured, 1/2; the one-GPU probe measures it.
+    race_loss_probability: float = 0.5
 
 
 def _valid_fields() -> dict[str, type]:

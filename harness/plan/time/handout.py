@@ -16,6 +16,9 @@ The rules (`give_way.py` holds their constants and sources):
       s * E[max(a/s, M)],  M the largest of W-1 uniforms on [0, 1],
       E[max(x, M)] = x**W + (W-1)/W * (1 - x**W),
   and the slowest rank adds s * (E[max(x, M)] - x): 0 at W = 1, towards s - a as W grows.
+  With `per_link` the same holds for the chain's whole wait: each later link's race is a
+  distribution of its own, and the collective waits the expected largest sum over W ranks
+  (`slowest_rank.py`).
 
 The simulator (`simulate.py`) runs the program once without these waits, finds with this
 module which compute kernel each side kernel or collective meets, and runs it again with
@@ -28,7 +31,8 @@ import bisect
 from dataclasses import dataclass, field
 
 from harness.plan.time.give_way import GiveWayConstants
-from harness.plan.time.simulate_ops import COMM, COMPUTE, SIDE, Op, Timeline
+from harness.plan.time.simulate_ops import COMM, COMPUTE, SIDE_STREAMS, Op, Timeline
+from harness.plan.time.slowest_rank import expected_chain_extra
 
 # Waves of a memory-bound kernel when its size is not known: thousands (one wave is
 # negligible), see GiveWayConstants.memory_kernel_waves.
@@ -44,6 +48,7 @@ class HandOut:
     world_size: int = 1
     give_way: bool = True
     slowest_rank: bool = True
+    per_link: bool = False  # R5 at every link of a chain (`slowest_rank.py`), not the first
 
 
 @dataclass
@@ -130,6 +135,16 @@ class _ComputeKernels:
         return self.kernel(i)[1] if 0 <= i < self.count else 0.0
 
 
+@dataclass
+class _Link:
+    """What a side kernel or collective met on its way to the SMs, for its successor."""
+
+    at: int | None = None  # the compute kernel it waited behind (equal priority), if any
+    first: tuple[float, float] = (0.0, 0.0)  # the chain's first wait and its spread
+    races: tuple[float, ...] = ()  # the durations of the races of the later links
+    own: float = 0.0  # this rank's expected wait along the chain so far
+
+
 def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
     """Each side kernel's and collective's wait for the SMs (R1-R4), and each collective's
     wait for the slowest rank (R5), from the first pass's timeline."""
@@ -137,66 +152,88 @@ def hand_out(program: list[Op], timeline: Timeline, rules: HandOut) -> Waits:
     if not (rules.give_way or rules.slowest_rank):
         return waits
     kernels = _ComputeKernels(program, timeline)
-    c = rules.constants
-    position: dict[str, int] = {}  # a waiting op -> the compute kernel it waited behind
-    phase: dict[str, tuple[float, float]] = {}  # the chain's first wait and its spread
+    links: dict[str, _Link] = {}
     side_chain: dict[str, tuple[str, ...]] = {}
-    compute_priority = rules.priorities.get(COMPUTE, 0)
-    stream_of = {o.name: o.stream for o in program}
+    by_name = {o.name: o for o in program}
     for op in program:
         if op.stream == COMPUTE or op.seconds <= 0:
             continue
-        higher = rules.priorities.get(op.stream, 0) < compute_priority
-        collective = op.stream == COMM
-        pred = _made_ready_by(op, timeline, stream_of)
-        before = pred if pred in position else None
-        wait, at = 0.0, None
-        if before is not None and not higher:  # R2/R3: one more compute kernel
-            at = position[before] + 1
-            wait = kernels.duration(at) * (c.collective_equal_priority_wait if collective
-                                           else c.equal_priority_wait)  # fmt: skip
-            phase[op.name] = phase.get(before, (0.0, 0.0))
-        else:
-            at = kernels.running_at(timeline.start[op.name])
-            if at is not None:
-                start, seconds, waves = kernels.kernel(at)
-                remaining = start + seconds - timeline.start[op.name]
-                if higher:
-                    n = c.collective_high_priority_wait_waves if collective else (
-                        c.high_priority_wait_waves)  # fmt: skip
-                    wave = seconds / waves
-                    wait = min(remaining, wave * n)
-                    phase[op.name] = (wait, wave * c.rank_phase_spread)
-                else:
-                    share = c.collective_equal_priority_wait if collective else (
-                        c.equal_priority_wait)  # fmt: skip
-                    wait = remaining * share
-                    phase[op.name] = (wait, seconds * c.rank_phase_spread)
-        for _ in range(max(op.launches, 1) - 1):  # R2: the op's further launches
-            if at is None or higher:
-                break
-            at += 1
-            wait += kernels.duration(at) * c.equal_priority_wait
-        if at is not None and not higher and wait > 0:
-            position[op.name] = at
+        pred = _made_ready_by(op, timeline, by_name)
+        link, wait = _meet(op, links.get(pred) if pred else None, kernels, timeline, rules)
+        links[op.name] = link
         if rules.give_way and wait > 0:
             waits.give_way[op.name] = wait
         chain = (*side_chain.get(pred, ()), pred) if pred else ()
         side_chain[op.name] = chain
-        if collective:
+        if op.stream == COMM:
             waits.chain[op.name] = chain
-            own, spread = phase.get(op.name, (0.0, 0.0))
-            extra = expected_slowest_extra(own, spread, rules.world_size)
+            extra = _slowest_extra(link, rules)
             if rules.slowest_rank and extra > 0:
                 waits.slowest_rank[op.name] = extra
     return waits
 
 
-def _made_ready_by(op: Op, timeline: Timeline, stream_of: dict[str, str]) -> str | None:
-    """The side kernel whose end makes `op` ready, if any (its chain's last link)."""
+def _slowest_extra(link: _Link, rules: HandOut) -> float:
+    """R5: at the chain's first link only (v3), or at every link (`per_link`)."""
+    own, spread = link.first
+    if not rules.per_link:
+        return expected_slowest_extra(own, spread, rules.world_size)
+    p = rules.constants.race_loss_probability
+    return expected_chain_extra(link.own, spread, link.races, p, rules.world_size)
+
+
+def _meet(op: Op, before: _Link | None, kernels: _ComputeKernels, timeline: Timeline,
+          rules: HandOut) -> tuple[_Link, float]:  # fmt: skip
+    """The op's wait for the SMs, and what it met (R1-R4; R2 for its further launches).
+    With `per_link`, a race of equal priority costs this rank its expectation, p x d."""
+    c = rules.constants
+    higher = rules.priorities.get(op.stream, 0) < rules.priorities.get(COMPUTE, 0)
+    collective = op.stream == COMM
+    share = c.collective_equal_priority_wait if collective else c.equal_priority_wait
+    p = c.race_loss_probability if rules.per_link else 1.0
+    link = _Link()
+    wait = 0.0
+    if before is not None and before.at is not None and not higher:  # R2/R3
+        link.at = before.at + 1
+        d = kernels.duration(link.at) * share
+        wait = p * d
+        link.first, link.races, link.own = before.first, (*before.races, d), before.own + wait
+    else:
+        at = kernels.running_at(timeline.start[op.name])
+        if at is not None:
+            start, seconds, waves = kernels.kernel(at)
+            remaining = start + seconds - timeline.start[op.name]
+            if higher:
+                n = c.collective_high_priority_wait_waves if collective else (
+                    c.high_priority_wait_waves)  # fmt: skip
+                wave = seconds / waves
+                wait = min(remaining, wave * n)
+                link.first = (wait, wave * c.rank_phase_spread)
+            else:
+                wait = remaining * share
+                link.first = (wait, seconds * c.rank_phase_spread)
+                link.at = at
+            link.own = wait
+    for _ in range(max(op.launches, 1) - 1):  # R2: the op's further launches
+        if link.at is None:
+            break
+        link.at += 1
+        d = kernels.duration(link.at) * c.equal_priority_wait
+        wait += p * d
+        link.races, link.own = (*link.races, d), link.own + p * d
+    if wait <= 0:
+        link.at = None
+    return link, wait
+
+
+def _made_ready_by(op: Op, timeline: Timeline, by_name: dict[str, Op]) -> str | None:
+    """The side kernel whose end makes `op` ready, if any (its chain's last link); an
+    event recorded on a side stream is no kernel."""
     if not op.waits:
         return None
     latest = max(op.waits, key=lambda w: timeline.end[w])
-    if stream_of[latest] == SIDE and timeline.end[latest] >= timeline.start[op.name] - 1e-12:
+    made = by_name[latest]
+    if (made.stream in SIDE_STREAMS and made.seconds > 0
+            and timeline.end[latest] >= timeline.start[op.name] - 1e-12):  # fmt: skip
         return latest
     return None

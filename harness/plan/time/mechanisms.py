@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ALL_ENGINES = ("yafsdp", "fsdp1", "fsdp2", "fsdp2_tuned", "local")
+ALL_ENGINES = ("yafsdp", "fsdp1", "fsdp2", "fsdp2_tuned", "local", "ya_fsdp_v1")
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,20 @@ MECHANISMS: dict[str, Mechanism] = {
             "fsdp1_flat_grad",
             ("fsdp1",),
             "FSDP1 concatenates each unit's parameter gradients into its flat gradient "
-            "on the compute stream (use_orig_params=False)",
+            "(use_orig_params=False): the backward of the split that made their views",
             "torch/distributed/fsdp/_flat_param.py: parameters are views of the flat "
             "parameter; autograd's backward of the split writes the flat gradient",
+        ),
+        Mechanism(
+            "fsdp1_cat_on_unshard",
+            ("fsdp1",),
+            "FSDP1's cat of a unit's gradients runs on the unshard stream, behind the "
+            "all-gather issued there last; the compute stream waits for it before the next "
+            "prefetch, and the cast and pre-divide wait for it",
+            "docs/source/notes/cuda.rst 'Stream semantics of backward passes'; "
+            "torch/csrc/autograd/input_metadata.cpp; torch/distributed/fsdp/_runtime_utils.py "
+            "_unshard, _pre_backward_hook, _post_backward_hook; _flat_param.py "
+            "_use_unsharded_views (torch 2.1 to 2.13)",
         ),
         Mechanism(
             "fsdp1_grad_upcast",
@@ -65,6 +76,16 @@ MECHANISMS: dict[str, Mechanism] = {
             "gradient, on the compute stream",
             "yafsdp_impl/_schedule.py gradient_arrived (a post-accumulate hook); "
             "yafsdp_impl/_reduce_scatter.py _reduce_scatter, _add_into_master_grad",
+        ),
+        Mechanism(
+            "ya_fsdp_v1_grad_copy",
+            ("ya_fsdp_v1",),
+            "upstream YaFSDP v1 copies each unit's bf16 gradient into its fp32 buffer on its "
+            "comm stream (priority -1), between the all-gather and the reduce-scatter there, "
+            "and divides the sharded gradient once at the end of backward",
+            "yandex/YaFSDP 0bd33e7 ya_fsdp/ya_fsdp.py: _comm_stream (priority=-1), "
+            "get_buffer_to_reduce_scatter (copy_), reduce_scatter_grad, the backward hook's "
+            "div_(divider)",
         ),
         Mechanism(
             "launch_overhead",
@@ -104,6 +125,16 @@ MECHANISMS: dict[str, Mechanism] = {
             "kernel at its own phase, so the wait is the largest of W",
             "order statistics of W uniform phases: E[max] = s*W/(W+1) "
             "(harness/plan/time/handout.py)",
+        ),
+        Mechanism(
+            "slowest_rank_per_link",
+            ALL_ENGINES,
+            "the slowest rank at every link of a chain: each later link of equal priority "
+            "races the compute kernel pending with it, so a collective waits the expected "
+            "largest over W ranks of the chain's whole wait, and this rank its expectation",
+            "order statistics over W ranks of a uniform first wait plus Bernoulli races "
+            "(harness/plan/time/slowest_rank.py); the race-loss probability from the one-GPU "
+            "probe where one is given",
         ),
     )
 }

@@ -58,6 +58,9 @@ class NcclRing:
     ll128_efficiency: float = 0.92  # 120 of every 128 bytes carry data
     ll_efficiency: float = 0.5  # half of every LL line is flags
     all_reduce_plateau: float = 1.4  # NCCL's Simple multi-node all-reduce latency factor
+    # Measured bus bandwidth (GB/s) per kind at `measured_nodes` nodes (`measured_bus`)
+    measured_bus_gbps: tuple[tuple[str, float], ...] = ()
+    measured_nodes: int = 0
 
     @property
     def nodes(self) -> int:
@@ -74,6 +77,18 @@ class NcclRing:
         bus = min(self.nics_per_node * per_nic, self.nvlink_bus_gbps)
         doublings = max(0.0, math.log2(self.nodes / self.decline_from_nodes))
         return bus * (1 - self.node_decline_per_doubling) ** doublings
+
+    def measured_bus(self, kind: str) -> float | None:
+        """The measured bus bandwidth of `kind` moved to this many nodes by the decline per
+        doubling, capped by the NICs' line rate and NVLink; None where none was measured
+        (or inside one node)."""
+        bus = dict(self.measured_bus_gbps).get(kind, 0.0)
+        if not bus or self.nodes == 1 or not self.measured_nodes:
+            return None
+        doublings = math.log2(self.nodes / self.measured_nodes)
+        scaled = bus * (1 - self.node_decline_per_doubling) ** doublings
+        line = self.nics_per_node * self.nic_gbps / 8 if self.nics_per_node else scaled
+        return min(scaled, line, self.nvlink_bus_gbps)
 
     def _bus(self, protocol: str) -> float:
         if self.nodes == 1:
@@ -109,9 +124,13 @@ class NcclRing:
         rounds = 2 if kind == "all_reduce" else 1
         moved = rounds * nbytes * (n - 1) / n
         best: Collective | None = None
+        measured = self.measured_bus(kind)
         for protocol in PROTOCOLS:
             bus = self._bus(protocol)
             seconds = self._latency_us(protocol, kind) * 1e-6 + moved / (bus * GB)
+            if protocol == "Simple" and measured:  # busbw includes the latency already
+                bus = measured
+                seconds = max(self._latency_us(protocol, kind) * 1e-6, moved / (bus * GB))
             if best is None or seconds < best.seconds:
                 best = Collective(seconds, protocol, bus)
         assert best is not None

@@ -17,10 +17,22 @@ refinement pass prices both).
 
 from __future__ import annotations
 
-from harness.plan.time.handout import HandOut, hand_out
-from harness.plan.time.simulate_ops import COMM, COMPUTE, SIDE, STREAMS, Op, Timeline
+import bisect
 
-__all__ = ["COMM", "COMPUTE", "SIDE", "STREAMS", "HandOut", "Op", "Timeline", "simulate"]
+from harness.plan.time.handout import HandOut, hand_out
+from harness.plan.time.simulate_ops import (
+    COMM,
+    COMPUTE,
+    SIDE,
+    SIDE_STREAMS,
+    STREAMS,
+    UNSHARD,
+    Op,
+    Timeline,
+)
+
+__all__ = ["COMM", "COMPUTE", "SIDE", "SIDE_STREAMS", "STREAMS", "UNSHARD", "HandOut", "Op",
+           "Timeline", "simulate"]  # fmt: skip
 
 
 def _run(
@@ -47,10 +59,26 @@ def _run(
     return t
 
 
-def _overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Length of [lo, hi) covered by the (sorted, disjoint) intervals."""
-    covered = 0.0
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals of two streams, merged so that none overlaps another."""
+    merged: list[tuple[float, float]] = []
     for a, b in intervals:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _overlap(
+    intervals: list[tuple[float, float]], lo: float, hi: float, ends: list[float] | None = None
+) -> float:
+    """Length of [lo, hi) covered by the (sorted, disjoint) intervals; `ends`, their ends
+    in order, lets the search start at the first interval that ends after `lo`."""
+    covered = 0.0
+    first = bisect.bisect_right(ends, lo) if ends is not None else 0
+    for i in range(first, len(intervals)):
+        a, b = intervals[i]
         if b <= lo:
             continue
         if a >= hi:
@@ -102,19 +130,21 @@ def _slowed(
 ) -> tuple[dict[str, float], float]:  # fmt: skip
     """Each compute op's duration with the collectives and side kernels it overlaps."""
 
-    def busy(stream: str) -> list[tuple[float, float]]:
+    def busy(*streams: str) -> list[tuple[float, float]]:
         return sorted((timeline.start[o.name], timeline.end[o.name]) for o in program
-                      if o.stream == stream and o.seconds > 0)  # fmt: skip
+                      if o.stream in streams and o.seconds > 0)  # fmt: skip
 
     comm = busy(COMM) if overlap_slowdown > 0 else []
-    side = busy(SIDE) if side_sharing else []
+    side = _merged(busy(*SIDE_STREAMS)) if side_sharing else []
+    comm_ends, side_ends = [b for _, b in comm], [b for _, b in side]
     slowed = dict(seconds)
     added = 0.0
     for op in program:
         if op.stream != COMPUTE or op.seconds <= 0:
             continue
         lo, hi = timeline.start[op.name], timeline.end[op.name]
-        extra = _overlap(comm, lo, hi) * overlap_slowdown + _overlap(side, lo, hi)
+        extra = (_overlap(comm, lo, hi, comm_ends) * overlap_slowdown
+                 + _overlap(side, lo, hi, side_ends))  # fmt: skip
         slowed[op.name] += extra
         added += extra
     return slowed, added

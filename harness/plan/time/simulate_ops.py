@@ -6,13 +6,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 COMPUTE, COMM, SIDE = "compute", "comm", "side"
-STREAMS = (COMPUTE, COMM, SIDE)
+# FSDP1's unshard stream: the all-gathers are issued from it, and the backward of the split
+# that made a unit's parameter views (the cat of its gradients) runs on it (`programs/fsdp1.py`).
+UNSHARD = "unshard"
+STREAMS = (COMPUTE, COMM, SIDE, UNSHARD)
+# Streams of memory-bound kernels beside compute: they take the give-way rules of side kernels.
+SIDE_STREAMS = (SIDE, UNSHARD)
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     name: str  # unique in its program
-    stream: str  # COMPUTE, COMM or SIDE
+    stream: str  # one of STREAMS
     seconds: float  # device time
     term: str  # what its time is, for the breakdown: a model kind, "comm", a mechanism
     waits: tuple[str, ...] = ()  # operations whose completion the stream waits for

@@ -9,6 +9,8 @@ engine's code:
 - FSDP2: `_fsdp_param_group.FSDPCommContext.lazy_init` creates its all-gather copy-in,
   all-gather and reduce-scatter streams at -1 ("can help avoid some issues where their
   copies in/out are delayed and block computation").
+- upstream YaFSDP v1 as published (`ya_fsdp/ya_fsdp.py` at 0bd33e7, line 68): one
+  communication stream at -1, on which its bf16->fp32 gradient copy runs too.
 - yafsdp (this project's, `yafsdp_impl/events.py` `Streams`): one communication stream at -1;
   its gradient and staging copies run on the compute stream.
 - Where the collective's kernels run: up to torch 2.7, on ProcessGroupNCCL's own stream,
@@ -19,13 +21,14 @@ engine's code:
 
 from __future__ import annotations
 
-from harness.plan.time.simulate import COMM, COMPUTE, SIDE
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, UNSHARD
 from harness.validate.torch_version import parse_version
 
 # From this version a synchronous collective runs on the caller's current stream.
 COLLECTIVE_ON_CALLER_STREAM = (2, 8)
 # The engine's own streams (the side stream, and the stream it issues collectives from).
-ENGINE_STREAM_PRIORITY = {"fsdp1": 0, "fsdp2": -1, "fsdp2_tuned": -1, "yafsdp": -1, "local": 0}
+ENGINE_STREAM_PRIORITY = {"fsdp1": 0, "fsdp2": -1, "fsdp2_tuned": -1, "yafsdp": -1, "local": 0,
+                          "ya_fsdp_v1": -1}  # fmt: skip
 
 
 def installed_torch_version() -> str:
@@ -50,4 +53,4 @@ def stream_priorities(engine: str, torch_version: str) -> dict[str, int]:
     `torch_version` (the communication stream: where its collectives' kernels run)."""
     own = ENGINE_STREAM_PRIORITY.get(engine, 0)
     on_caller = parse_version(torch_version) >= COLLECTIVE_ON_CALLER_STREAM
-    return {COMPUTE: 0, SIDE: own, COMM: own if on_caller else 0}
+    return {COMPUTE: 0, SIDE: own, UNSHARD: own, COMM: own if on_caller else 0}

@@ -33,7 +33,16 @@ from harness.plan.time.mechanisms import applicable
 from harness.plan.time.programs.common import ModelCosts, PartCost, StepContext, local_program
 from harness.plan.time.programs.fsdp1 import fsdp1_program
 from harness.plan.time.programs.fsdp2 import fsdp2_program
-from harness.plan.time.simulate import COMM, COMPUTE, SIDE, HandOut, Op, Timeline, simulate
+from harness.plan.time.simulate import (
+    COMM,
+    COMPUTE,
+    SIDE,
+    UNSHARD,
+    HandOut,
+    Op,
+    Timeline,
+    simulate,
+)
 from harness.plan.time.streams import resolve_torch_version, stream_priorities
 
 # Gaps in the compute stream shorter than this are not counted as a unit waiting.
@@ -138,6 +147,8 @@ def build_program(
         mechanisms=mechanisms,
         split_bytes=case.give_way.index32_split_bytes,
     )
+    if case.engine in PLANNED_ONLY:
+        return PLANNED_ONLY[case.engine](case, priced.costs, ctx)
     schedule = SCHEDULES[spec_of(case.engine).label]
     return schedule(case, priced.costs, ctx)
 
@@ -174,6 +185,15 @@ def deepspeed_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> l
     return fsdp2_schedule(case, costs, ctx)
 
 
+def ya_fsdp_v1_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
+    """Upstream YaFSDP v1 as published (`ya_fsdp_v1_program.py`): units as FSDP2's."""
+    from harness.plan.time.programs.ya_fsdp_v1 import ya_fsdp_v1_program
+
+    shape = shape_of(case.model)
+    u = fsdp2_units(shape, case.world_size)
+    return ya_fsdp_v1_program(costs, [u.embedding, *[u.block] * shape.n_layers, u.output], ctx)
+
+
 def local_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
     return local_program(costs, shape_of(case.model).num_params(), ctx)
 
@@ -193,6 +213,15 @@ SCHEDULES: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = 
     "ya_fsdp": fsdp2_schedule,
     "local": local_schedule,
 }
+
+
+# Programs of published code the planner plans but the harness does not run
+# (`plan_engines`): each compared with the registered engines at the same points.
+PLANNED_ONLY: dict[str, Callable[[TimeCase, ModelCosts, StepContext], list[Op]]] = {
+    "ya_fsdp_v1": ya_fsdp_v1_schedule,
+}
+# ... and the registered engine whose memory model each is planned with.
+PLANNED_ONLY_MEMORY = {"ya_fsdp_v1": "yafsdp"}
 
 
 def _memoized(price: Any) -> Any:
@@ -235,6 +264,7 @@ def hand_out_rules(case: TimeCase, spec: DeviceSpec, mechanisms: frozenset[str])
         world_size=case.world_size,
         give_way="give_way" in mechanisms,
         slowest_rank="slowest_rank" in mechanisms,
+        per_link="slowest_rank_per_link" in mechanisms,
     )
 
 
@@ -323,6 +353,8 @@ def _label(op: Op) -> str:
         return f"exposed {op.kind or 'collective'}"
     if op.stream == SIDE:
         return "waits for the side stream"
+    if op.stream == UNSHARD:
+        return "waits for the unshard stream"
     return "waits for the host"
 
 

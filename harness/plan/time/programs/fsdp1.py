@@ -12,8 +12,24 @@ bf16 params, fp32 reduce; `torch/distributed/fsdp/_runtime_utils.py`):
   parameter's views were made when it was prefetched, so autograd reaches them later);
   there the post-backward stream waits for the compute stream, upcasts the flat gradient to
   fp32 and pre-divides it, the reduce-scatter follows, then the post-divide;
-- the flat gradient itself is a concatenation of the per-parameter gradients
-  (use_orig_params=False), one copy on the compute stream.
+- the flat gradient is a concatenation of the per-parameter gradients (use_orig_params=False):
+  the backward of the `torch.split` that made the parameters' views. Autograd runs a backward
+  op on the stream its forward ran on (docs/source/notes/cuda.rst, "Stream semantics of
+  backward passes"; the stream is recorded when the node is made, torch/csrc/autograd/
+  input_metadata.cpp), and the views are made under the unshard stream (`_unshard`: `with
+  state._device_handle.stream(unshard_stream): handle.unshard()` -> `_use_unsharded_flat_param`
+  -> `_use_unsharded_views(as_params=False)` -> `_get_unflat_views_unaligned`: `torch.split`).
+  So the cat runs on the unshard stream, in its FIFO behind the all-gather issued last there
+  (a prefetch included); the next pre-backward makes the compute stream wait for the unshard
+  stream before it prefetches (`_pre_backward_hook`: `current_stream().wait_stream(
+  state._unshard_stream)`), and the post-backward stream waits for the current stream, which
+  autograd made wait for the cat (`_post_backward_hook`). Lines at torch 2.13:
+  `_runtime_utils.py` 277-307 (`_unshard`), 685 and 689-693 (the wait, then the prefetch),
+  751 (the post-backward wait); `_flat_param.py` 1359 (`unshard`), 1492-1521, 1901 (the
+  split). At torch 2.1.0 the same calls: `_runtime_utils.py` 319-347 (`_unshard`), 706 then
+  714 (the wait, then the prefetch), 769 (the post-backward wait); `flat_param.py` 1230,
+  1346-1376, 1747; so from 2.1 to 2.13.
+  The switch `fsdp1_cat_on_unshard` puts it there; off, it runs on the compute stream.
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from harness.plan.time.programs.common import (
     part_names,
     split_launches,
 )
-from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op
+from harness.plan.time.simulate import COMM, COMPUTE, SIDE, UNSHARD, Op
 
 
 def fsdp1_program(costs: ModelCosts, sizes: list[int], root: int, ctx: StepContext) -> list[Op]:
@@ -73,6 +89,8 @@ class _Fsdp1Step:
         self.sizes, self.root, self.free_events = sizes, root, free_events
         self.names = part_names(len(sizes) - 2)
         self.gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
+        self.grads_ready: dict[int, str] = {}  # part -> the end of its backward kernels
+        self.cat_on_unshard = self.ctx.on("fsdp1_cat_on_unshard")
 
     def _unit(self, i: int) -> tuple[str, int]:
         return ("root", self.root) if i < 0 else (self.names[i], self.sizes[i])
@@ -94,24 +112,27 @@ class _Fsdp1Step:
         cast = prog.memory((FP32 + ctx.param_bytes) * size // ctx.world_size,
                            "fsdp1_shard_cast", f"shard_cast.{unit}", stream=SIDE,
                            unit=unit)  # fmt: skip
-        self.gathered[i] = prog.collective("all_gather", size * ctx.param_bytes, unit,
-                                           waits=(cast,))  # fmt: skip
+        done = prog.collective("all_gather", size * ctx.param_bytes, unit, waits=(cast,))
+        if self.cat_on_unshard:  # a synchronous all-gather: the unshard stream waits for it
+            done = prog.add(UNSHARD, 0.0, "event", label=f"gathered.{unit}", waits=(done,))
+        self.gathered[i] = done
 
     def free(self, unit: str) -> None:
         self.free_events.append(self.prog.marker(COMPUTE, f"free.{unit}"))
 
-    def reduce(self, i: int) -> None:
+    def reduce(self, i: int, cat: str | None) -> None:
         """The chain between a unit's last backward kernel and its reduce-scatter, all at
         the compute stream's priority (`streams.py`): on the post-backward stream, the
         cast to the reduce dtype when it differs (`_post_backward_hook`:
         `flat_param.grad.to(handle._reduce_dtype)`), then the pre-divide (`_reduce_grad`:
         `_div_if_needed(padded_unsharded_grad, _gradient_predivide_factor)`), each launched
-        in pieces past 2**31 bytes; the reduce-scatter; then the shard's post-divide and
-        its accumulation."""
+        in pieces past 2**31 bytes, after the cat `cat` of the flat gradient (when it runs
+        on a stream of its own); the reduce-scatter; then the shard's post-divide and its
+        accumulation."""
         prog, ctx = self.prog, self.ctx
         p, r, world = ctx.param_bytes, ctx.reduce_bytes, ctx.world_size
         unit, size = self._unit(i)
-        waits: tuple = (prog.marker(COMPUTE, f"grads_done.{unit}"),)
+        waits: tuple = (prog.marker(COMPUTE, f"grads_done.{unit}"), cat)
         launches = split_launches(r * size, ctx.split_bytes)
         if ctx.on("fsdp1_grad_upcast"):
             if r != p:
@@ -129,12 +150,18 @@ class _Fsdp1Step:
 
     def post_backward(self, i: int) -> None:
         unit, size = self._unit(i)
+        cat = None
         if self.ctx.on("fsdp1_flat_grad"):  # per-parameter grads concatenated into the flat one
-            self.prog.memory(2 * self.ctx.param_bytes * size, "fsdp1_flat_grad",
-                             f"flat_grad.{unit}", unit=unit)  # fmt: skip
+            nbytes = 2 * self.ctx.param_bytes * size
+            if self.cat_on_unshard and i in self.grads_ready:
+                cat = self.prog.memory(nbytes, "fsdp1_flat_grad", f"flat_grad.{unit}",
+                                       stream=UNSHARD, unit=unit,
+                                       waits=(self.grads_ready.pop(i),))  # fmt: skip
+            else:
+                self.prog.memory(nbytes, "fsdp1_flat_grad", f"flat_grad.{unit}", unit=unit)
         self.prog.hook("post_backward", unit)
         self.free(unit)
-        self.reduce(i)
+        self.reduce(i, cat)
 
     def forward(self) -> None:
         names, n = self.names, len(self.sizes)
@@ -158,12 +185,17 @@ class _Fsdp1Step:
             prog.hook("pre_backward", names[i])
             if i not in self.gathered:
                 self.unshard(i)
+            if self.cat_on_unshard:  # the compute stream waits for the unshard stream
+                prog.add(COMPUTE, 0.0, "event", label=f"wait_unshard.{names[i]}",
+                         unit=names[i], waits=(prog.last(UNSHARD),))  # fmt: skip
             if i - 1 >= 0:
                 self.unshard(i - 1)  # BACKWARD_PRE
             if i == n - 1:
                 self.unshard(-1, gather=False)  # the root's pre-backward
             prog.compute(self.costs.backward[i], f"backward.{names[i]}", names[i],
                          waits=(self.gathered.pop(i),))  # fmt: skip
+            if self.cat_on_unshard:  # autograd's event for the gradients' consumer (the cat)
+                self.grads_ready[i] = prog.marker(COMPUTE, f"grads_ready.{names[i]}")
             for j in pending:  # the previous part's hook fires after this part's kernels
                 self.post_backward(j)
             pending = [i]
