@@ -62,6 +62,12 @@ PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
     # queued behind them on the one communication stream: compute waits on both
     "give_way": (C.COMM_REDUCE_SCATTER, C.COMM_ALL_GATHER),
     "slowest_rank": (SKEW,),  # a collective starts when its last rank arrives
+    "slowest_rank_per_link": (SKEW,),  # the same, link by link along a collective's chain
+    # FSDP1's gradient cat runs on the unshard stream: its kernels are the engine's, and
+    # compute waits for that stream (the all-gathers queued there) before the next prefetch
+    "fsdp1_cat_on_unshard": (C.ENGINE,),
+    "waits for the unshard stream": (C.COMM_ALL_GATHER, C.ENGINE),
+    "ya_fsdp_v1_grad_copy": (C.ENGINE,),  # the published program's fp32 gradient copy
     "allocator retries": (C.HOST_ALLOCATOR, C.HOST_SYNC),  # a retry frees the cache and syncs
 }
 
