@@ -37,17 +37,49 @@ def with_launcher_alias(args: list[str]) -> tuple[list[str], list[str]]:
     return out, notes
 
 
+def _choices(key: str) -> tuple[str, ...] | None:
+    """The values a config group (or the model field) takes, or None for any value."""
+    if key == "model":
+        from harness.models.shapes import MODEL_SHAPES
+
+        return tuple(MODEL_SHAPES)
+    folder = SWEEPS_DIR / key
+    if key.startswith("hydra") or not folder.is_dir():
+        return None
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
+
+
+def value_errors(key: str, value: str) -> list[str]:
+    """A message for each value of `key=a,b` that its group has no file for
+    (`engine=yafsdb`: "did you mean engine=yafsdp?"); sweep functions (`range(...)`),
+    interpolations and Hugging Face configs (`model=hf:...`) are left to Hydra."""
+    from harness.validate.common import one_of
+
+    choices = _choices(key)
+    if choices is None or any(c in value for c in "()[]{}$"):
+        return []
+    more = ", or hf:<path to a Hugging Face config.json>" if key == "model" else ""
+    found = (one_of(key, v, choices, more=more) for v in value.split(",") if v and not
+             (key == "model" and v.startswith("hf:")))  # fmt: skip
+    return [e for e in found if e]
+
+
 def override_errors(args: list[str]) -> list[str]:
     """A message for each override whose key no job config field or config group has
-    (`seqlen=128`: "did you mean seq_len=?"). Flags and Hydra's own keys are Hydra's."""
+    (`seqlen=128`: "did you mean seq_len=?"), and each config group value (or model) that
+    does not exist (`engine=yafsdb`). Flags and Hydra's own keys are Hydra's."""
     from harness.validate import unknown_field_errors
 
     values: dict[str, Any] = {}
     groups = _groups()
+    errors: list[str] = []
     for arg in args:
         if arg.startswith("-") or "=" not in arg:
             continue
-        key = arg.split("=", 1)[0].lstrip("+~").split("@")[0]
+        raw_key, value = arg.split("=", 1)
+        key = raw_key.lstrip("+~").split("@")[0]
+        if key in groups or key == "model":
+            errors += value_errors(key, value)
         if not key or key.startswith("hydra") or key.split("/")[0] in groups:
             continue
         node = values
@@ -59,4 +91,4 @@ def override_errors(args: list[str]) -> list[str]:
             node = child
         else:
             node.setdefault(leaf, None)
-    return unknown_field_errors(values)
+    return errors + unknown_field_errors(values)

@@ -28,18 +28,24 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from IPython import get_ipython
 from IPython.display import display
 
 from harness.jobdir.grid_point import POINT_COLUMNS as POINT
+from harness.report.jobs import ReportJobs
+from harness.report.matching import with_variants
+from harness.report.tables import speedup_table
 from harness.results.latest import REPO_ROOT, repo_path
 from harness.results.table import read_results_csv, write_results_csv
 
 
 def in_notebook() -> bool:
-    from IPython import get_ipython
-
     shell = get_ipython()
     return shell is not None and hasattr(shell, "kernel")
+
+
+if in_notebook():  # harness.report draws its pictures off screen (Agg); here they go inline
+    get_ipython().run_line_magic("matplotlib", "inline")
 
 
 def show(name: str) -> None:
@@ -76,54 +82,68 @@ display(df.groupby(["engine", "status"]).size().unstack(fill_value=0))
 
 # %% [markdown]
 # ## Median iteration time (s) per grid point and engine
+# The report's statistic: the median over an engine's runs of each run's median step.
 
 # %%
 ok = df[df["status"] == "ok"]
-times = ok.pivot_table(index=POINT, columns="engine", values="iteration_time_s")
+if ok.empty or "iteration_time_s" not in ok:
+    statuses = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
+    print(f"no job of this sweep finished ok ({statuses or 'no jobs'}): there is no time, "
+          "memory or speedup to show; each job's result.json says why it failed")  # fmt: skip
+    ok = df.iloc[0:0]
+    times = pd.DataFrame()
+else:
+    times = ok.pivot_table(index=POINT, columns="engine", values="iteration_time_s",
+                           aggfunc="median")  # fmt: skip
 display(times)
 
 # %% [markdown]
-# ## Speedup of YaFSDP over each baseline, (T_fsdp - T_yafsdp) / T_fsdp in percent
+# ## Speedup of YaFSDP over each baseline, as the report gives it
+# (T_fsdp - T_yafsdp) / T_fsdp: with repeats, the mean over paired repeats, its 95%
+# interval and n, and "n.s." where the interval holds 0 (`python -m harness.report`).
 
 # %%
-baselines = [b for b in ("fsdp1", "fsdp2", "fsdp2_tuned") if b in times.columns]
-if "yafsdp" in times.columns and baselines:
-    speedup = pd.DataFrame(
-        {b: (times[b] - times["yafsdp"]) / times[b] * 100 for b in baselines}
-    ).round(2)
-else:
-    speedup = pd.DataFrame()
+report = ReportJobs(with_variants(df.assign(sweep=str(SWEEP_DIR), job_label=df["job_dir"])),
+                    [SWEEP_DIR])  # fmt: skip
+speedup = {}
+for baseline in report.baselines():
+    for setting, rows in report.speedup_tables(baseline):
+        header, cells = speedup_table(rows)
+        speedup[f"YaFSDP vs {baseline}, {setting.label()}"] = pd.DataFrame(cells, columns=header)
+if not speedup:
     print("no speedup: the sweep needs yafsdp and at least one FSDP baseline")
-display(speedup)
+for title, table in speedup.items():
+    print(title)
+    display(table)
 
 # %%
 if not times.empty:
     ax = times.plot.bar(figsize=(8, 3.5), ylabel="median iteration time (s)", rot=30)
-    ax.set_title("Iteration time per engine")
+    ax.set_title("Iteration time per engine (median over runs)")
     plt.tight_layout()
     show("iteration_time")
 
 # %% [markdown]
-# ## Peak memory (MiB) and throughput per engine
+# ## Peak memory (MiB) and throughput per engine (median over runs)
 
 # %%
-memory_col = (
-    "peak_memory_allocated_bytes"
-    if "peak_memory_allocated_bytes" in ok and ok["peak_memory_allocated_bytes"].notna().any()
-    else "peak_rss_bytes"
-)
-memory = ok.pivot_table(index=POINT, columns="engine", values=memory_col) / 2**20
-print(f"measure: {memory_col}")
-display(memory.round(1))
-
-# %%
-display(ok.pivot_table(index=POINT, columns="engine", values="tokens_per_s_per_device").round(1))
+if not ok.empty:
+    memory_col = (
+        "peak_memory_allocated_bytes"
+        if "peak_memory_allocated_bytes" in ok and ok["peak_memory_allocated_bytes"].notna().any()
+        else "peak_rss_bytes"
+    )
+    memory = ok.pivot_table(index=POINT, columns="engine", values=memory_col, aggfunc="median")
+    print(f"measure: {memory_col}")
+    display((memory / 2**20).round(1))
+    display(ok.pivot_table(index=POINT, columns="engine", values="tokens_per_s_per_device",
+                           aggfunc="median").round(1))  # fmt: skip
 
 # %% [markdown]
 # ## Loss curves of the first grid point (matched engines should agree)
 
 # %%
-if not ok.empty:
+if not ok.empty and "losses" in ok:
     first = ok.iloc[0][POINT]
     same = ok[(ok[POINT] == first).all(axis=1)]
     fig, ax = plt.subplots(figsize=(6, 3))

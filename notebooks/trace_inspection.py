@@ -78,7 +78,18 @@ def job_dirs() -> list[Path]:
     return default_job_dirs()
 
 
+def job_keys(dirs: list[Path]) -> dict[Path, str]:
+    """Each job's name in the tables: its directory's name (several jobs share an engine,
+    and repeats share a point), or its path below the jobs' common folder where names clash."""
+    names = [d.name for d in dirs]
+    if len(set(names)) == len(names):
+        return dict(zip(dirs, names, strict=True))
+    root = Path(os.path.commonpath([d.resolve() for d in dirs]))
+    return {d: str(d.resolve().relative_to(root)) for d in dirs}
+
+
 JOB_DIRS = job_dirs()
+JOBS = job_keys(JOB_DIRS)
 pd.set_option("display.precision", 3)
 print("\n".join(map(str, JOB_DIRS)))
 
@@ -88,8 +99,9 @@ print("\n".join(map(str, JOB_DIRS)))
 # (all ranks, all profiled steps); the other columns are per-step means in milliseconds.
 
 # %%
-profiles = {engine_label(d): summarize_job(d) for d in JOB_DIRS}
-summary = pd.DataFrame({label: p["summary"] for label, p in profiles.items()}).T
+profiles = {JOBS[d]: summarize_job(d) for d in JOB_DIRS}
+summary = pd.DataFrame({job: p["summary"] for job, p in profiles.items()}).T
+summary.insert(0, "engine", [engine_label(d) for d in JOB_DIRS])
 summary[[c for c in summary.columns if c.endswith("_s_per_step")]] *= 1e3
 summary.columns = [c.replace("_s_per_step", "_ms_per_step") for c in summary.columns]
 display(summary)
@@ -99,10 +111,10 @@ display(summary)
 
 # %%
 steps = pd.concat(
-    [pd.DataFrame(p["steps"]).assign(engine=label) for label, p in profiles.items()],
+    [pd.DataFrame(p["steps"]).assign(job=job) for job, p in profiles.items()],
     ignore_index=True,
 )
-display(steps.set_index(["engine", "rank", "step"]))
+display(steps.set_index(["job", "rank", "step"]))
 
 # %% [markdown]
 # ## Timeline of one step (rank 0), engines on one time scale
@@ -119,10 +131,10 @@ show_picture(png)
 gaps = []
 for d in JOB_DIRS:
     a = analyse(load_trace(find_traces(d)[0]))
-    gaps.append(a.gaps.assign(engine=engine_label(d)))
+    gaps.append(a.gaps.assign(job=JOBS[d], engine=engine_label(d)))
 gaps = pd.concat(gaps, ignore_index=True).sort_values("exposed_s", ascending=False)
 gaps = gaps.assign(offset_ms=gaps.offset_s * 1e3, exposed_ms=gaps.exposed_s * 1e3)
-display(gaps[["engine", "step", "offset_ms", "exposed_ms"]].head(10))
+display(gaps[["job", "engine", "step", "offset_ms", "exposed_ms"]].head(10))
 
 # %% [markdown]
 # ## Communication by engine annotation (unit)
@@ -131,7 +143,10 @@ display(gaps[["engine", "step", "offset_ms", "exposed_ms"]].head(10))
 
 # %%
 units = pd.concat(
-    [pd.DataFrame(p["units"]).assign(engine=label) for label, p in profiles.items()],
+    [pd.DataFrame(p["units"]).assign(job=job) for job, p in profiles.items()],
     ignore_index=True,
 )
-display(units[units["comm_s"] > 0].sort_values("exposed_comm_s", ascending=False).head(15))
+if "comm_s" in units:
+    display(units[units["comm_s"] > 0].sort_values("exposed_comm_s", ascending=False).head(15))
+else:
+    print("no engine annotation names a unit in these traces")

@@ -132,7 +132,9 @@ def _run_job(
     if reason != "no result yet":
         say(f"rerunning: {reason}")
         JobDir(job_dir).set_aside_result()
-    errors = errors or validation_errors(cfg, machine=local_machine.this_machine(cfg))
+    here = local_machine.this_machine(cfg)
+    errors = errors or validation_errors(cfg, machine=here)
+    errors = errors or _host_memory_errors(cfg, here)
     errors = errors or _snapshot_errors(cfg)
     if errors:
         return JobOutcome(_write_failure(cfg, job_dir, "invalid", "; ".join(errors)), True, job_dir)
@@ -173,7 +175,9 @@ def _dry_run_result(
             line += f"; {gpu_hours_text(predicted, cfg.gpus)}"
         say(line)
         if ranks_here:
-            errors += local_machine.machine_errors(cfg, local_machine.this_machine(cfg))
+            here = local_machine.this_machine(cfg)
+            errors += local_machine.machine_errors(cfg, here)
+            errors += _host_memory_errors(cfg, here)
     metrics = {"predicted": predicted} if predicted else None
     status = "invalid" if errors else "ok"
     return make_result(status=status, config=asdict(cfg), error="; ".join(errors) or None,
@@ -245,6 +249,15 @@ def _write_failure(cfg: JobConfig, job_dir: Path, status: str, error: str) -> Re
     if not finished_ok(job_dir):  # rank 0 wrote ok for this attempt: a late failure elsewhere
         write_result(job_dir, result)  # is in its rank file, the measurement stands
     return result
+
+
+def _host_memory_errors(cfg: JobConfig, machine: local_machine.Machine) -> list[str]:
+    """Where the ranks run on this machine's CPUs, their predicted peaks must fit its RAM."""
+    if not local_machine.runs_on_cpu(cfg, machine):
+        return []
+    from harness.plan.fit import host_memory_errors
+
+    return host_memory_errors(cfg, machine.memory_bytes)
 
 
 def _snapshot_errors(cfg: JobConfig) -> list[str]:

@@ -34,7 +34,7 @@ from harness.plan.planner import (
     plan_row,
     planned_only_configs,
 )
-from harness.plan.points import PlanError, rows_at
+from harness.plan.points import PlanError, configs_at
 from harness.plan.yafsdp_plans import add_plans, own_min_ckpt_rows, smallest_plan_cell
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
@@ -347,13 +347,12 @@ def main(argv: list[str] | None = None) -> int:
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
         configs = job_configs(args, default_engines=True)
         warning = _calibration_warning(measured, configs, allow_other)
+        configs = configs if why_point is None else configs_at(configs, why_point)
         rows = [plan_row(cfg, measured) for cfg in configs]
         rows = own_min_ckpt_rows(rows, measured) if own_min else rows
         add_speedups(rows, same_ckpt=not own_min)
         add_plans(rows, measured)
         dicts = [r.to_dict() for r in rows]
-        if why_point is not None:
-            dicts = rows_at(dicts, why_point)
     except (PlanError, ValueError) as e:
         print(f"[harness.plan] refused: {e}", file=sys.stderr)
         return EXIT_INVALID

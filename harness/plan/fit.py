@@ -46,6 +46,27 @@ def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
     return f"{line}; {verdict}", [f"{need}; {fix}"]
 
 
+def host_memory_errors(cfg: JobConfig, memory_bytes: int | None) -> list[str]:
+    """CPU ranks share this machine's RAM: refuse a job whose ranks' predicted peaks add up
+    to more than it has, before any rank starts (it would otherwise build for minutes and
+    then fail to allocate, or meet the OOM killer)."""
+    from harness.plan.memory.model import estimate_memory
+    from harness.plan.planner import memory_case
+
+    if not memory_bytes:
+        return []
+    peak = estimate_memory(memory_case(cfg)).peak_bytes
+    total = peak * cfg.gpus
+    if total <= memory_bytes:
+        return []
+    return [
+        f"model={cfg.model} gpus={cfg.gpus} on CPU: the planner predicts {_size(peak)} per rank, "
+        f"{_size(total)} for the {cfg.gpus} ranks, more than this machine's "
+        f"{_size(memory_bytes)} of RAM; use a CPU-sized model (llama_tiny, llama_mini, "
+        "llama_small), a shorter seq_len, or hydra/launcher=slurm to run it on GPUs"
+    ]
+
+
 def predicted_gpu_hours(cfg: JobConfig) -> dict[str, float] | None:
     """The planner's step time for the job and its GPU-hours: every step it runs (warm-up,
     timed, profiled) times the step time times its GPUs; start-up (process launch, model

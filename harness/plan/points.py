@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.config import JobConfig
 from harness.jobdir.grid_point import point_words
 
 
@@ -34,3 +35,10 @@ def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
         what = "no point" if not points else f"{len(points)} points"
         raise PlanError(f"--why {point} names {what}; the plan's points: {known}")
     return found
+
+
+def configs_at(configs: list[JobConfig], point: str) -> list[JobConfig]:
+    """The configs of the point `--why` names (as `rows_at` chooses): only they are planned."""
+    fields = [{k: getattr(c, k) for k in set(POINT_KEYS.values())} for c in configs]
+    kept = {id(f) for f in rows_at(fields, point)}
+    return [c for c, f in zip(configs, fields, strict=True) if id(f) in kept]

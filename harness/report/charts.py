@@ -72,8 +72,10 @@ def speedup_figure(rows: list[Speedup], baseline: str, path: Path) -> Path | Non
     ax.set_ylabel("speedup over baseline (%)")
     ax.set_title(
         f"YaFSDP vs {baseline}: (T_fsdp - T_yafsdp) / T_fsdp\n"
-        "whiskers: 95% interval over repeats (1 repeat: ± step spread); hatched: not significant",
-        fontsize=10,
+        # one clause a line: the narrowest picture (one point, 6 in) must not cut it
+        "whiskers: 95% interval over repeats (1 repeat: ± step spread)\n"
+        "hatched: not significant",
+        fontsize=9,
     )
     ax.legend(title="sequence length", fontsize=8)
     fig.tight_layout()

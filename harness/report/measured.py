@@ -62,6 +62,12 @@ PLANNER_CAUSES: dict[str, tuple[str, ...]] = {
     # queued behind them on the one communication stream: compute waits on both
     "give_way": (C.COMM_REDUCE_SCATTER, C.COMM_ALL_GATHER),
     "slowest_rank": (SKEW,),  # a collective starts when its last rank arrives
+    "slowest_rank_per_link": (SKEW,),  # the same, link by link along a collective's chain
+    # FSDP1's gradient cat runs on the unshard stream: its kernels are the engine's, and
+    # compute waits for that stream (the all-gathers queued there) before the next prefetch
+    "fsdp1_cat_on_unshard": (C.ENGINE,),
+    "waits for the unshard stream": (C.COMM_ALL_GATHER, C.ENGINE),
+    "ya_fsdp_v1_grad_copy": (C.ENGINE,),  # the published program's fp32 gradient copy
     "allocator retries": (C.HOST_ALLOCATOR, C.HOST_SYNC),  # a retry frees the cache and syncs
 }
 
@@ -94,18 +100,32 @@ def job_path(row: pd.Series) -> Path:
     return Path(str(row["sweep"])) / str(row["job_dir"])
 
 
+def compared_pair(row: Speedup) -> tuple[pd.Series, pd.Series] | None:
+    """The runs the measured why explains: the median pair of the cell's repeats (the
+    speedup the cell averages is theirs), else the representative runs."""
+    if row.median_pair is not None:
+        return row.median_pair
+    if row.yafsdp is None or row.baseline is None:
+        return None
+    return row.yafsdp, row.baseline
+
+
+def _key(pair: tuple[pd.Series, pd.Series]) -> tuple[str, str]:
+    return str(pair[0]["job_label"]), str(pair[1]["job_label"])
+
+
 def measured_comparisons(rows: list[Speedup]) -> Measured:
-    """`why` of every row's jobs (baseline against yafsdp), keyed by their job labels; a
-    pair that cannot be compared holds {'error': one line}."""
+    """`why` of every row's median pair (baseline against yafsdp), keyed by their job
+    labels; a pair that cannot be compared holds {'error': one line}."""
     out: Measured = {}
     for row in rows:
-        if row.yafsdp is None or row.baseline is None:
+        pair = compared_pair(row)
+        if pair is None:
             continue
-        key = (str(row.yafsdp["job_label"]), str(row.baseline["job_label"]))
         try:
-            out[key] = why(job_path(row.yafsdp), job_path(row.baseline))
+            out[_key(pair)] = why(job_path(pair[0]), job_path(pair[1]))
         except (WhyError, TraceError, OSError, ValueError) as e:
-            out[key] = {"error": str(e).splitlines()[0]}
+            out[_key(pair)] = {"error": str(e).splitlines()[0]}
     return out
 
 
@@ -140,39 +160,102 @@ def pair_table(
     return header, table
 
 
+def _repeat(job: pd.Series) -> int:
+    value = job.get("repeat")
+    return int(value) if isinstance(value, (int, float)) and value == value else 0
+
+
+def pair_title(row: Speedup, baseline: str, pair: tuple[pd.Series, pd.Series]) -> str:
+    """`llama_mini, 2 GPUs, seq 256, ckpt 0, fsdp1 against yafsdp: the median of 3 pairs,
+    repeat 1 (`<yafsdp job>`, `<fsdp1 job>`)`."""
+    mine, theirs = pair
+    which = f"the median of {row.pairs} pairs, " if row.pairs > 1 else "its one pair, "
+    repeats = {_repeat(mine), _repeat(theirs)}
+    rep = (
+        f"repeat {_repeat(mine)}"
+        if len(repeats) == 1
+        else "repeats " + "/".join(str(_repeat(j)) for j in pair)
+    )
+    jobs = f"`{mine['job_label']}`, `{theirs['job_label']}`"
+    return f"{point_label(row.key)}, {baseline} against yafsdp: {which}{rep} ({jobs})"
+
+
+def _disagreement(got: dict[str, Any]) -> str | None:
+    """One sentence where the traces cannot explain the timing: another sign, or a traced
+    step far from its timed median."""
+    bad = [w for w in got["warnings"] if "another sign" in w or "differs from the timed" in w]
+    if not bad:
+        return None
+    timed = got["timed_difference_s"]
+    return (
+        f"the traces do not explain the timing here (traced {got['difference_s']:+.4f} s, "
+        f"timed {'n/a' if timed is None else f'{timed:+.4f} s'}; {bad[0]}), so no cause is "
+        "named; rerun the pair on a quiet machine"
+    )
+
+
+def _skew_lines(got: dict[str, Any], seen: set[str]) -> list[str]:
+    """Each job's late arrivals, named by engine and rank, once per job in the report."""
+    out = []
+    for side in ("a", "b"):
+        job = got[side]
+        if job["job_dir"] in seen or not job["late_arrivals"]:
+            continue
+        seen.add(job["job_dir"])
+        out += [f"- {job['label']}: {line.removeprefix('skew: ')}" for line in job["late_arrivals"]]
+    return out
+
+
+def pair_block(
+    got: dict[str, Any], title: str, table: tuple[list[str], list[list[str]]], seen: set[str]
+) -> str:
+    """One pair's why: its top three causes a line each, the rest folded in <details>."""
+    timed = got["timed_difference_s"]
+    head = (
+        f"{title}: traced {got['difference_s']:+.4f} s on the slowest rank's step "
+        f"(timed {'n/a' if timed is None else f'{timed:+.4f} s'})"
+    )
+    top = sorted(table[1], key=lambda r: -abs(float(r[1])))
+    lines = [head + ", largest causes:"]
+    lines += [f"- {r[1]} s {r[0]}" + (f" (planner {r[2]} s)" if r[2] != "—" else "")
+              for r in top[:3]]  # fmt: skip
+    folded = [md_table(*table), *_skew_lines(got, seen)]
+    folded += [f"- note: {w}" for w in got["warnings"]]
+    lines += ["", "<details><summary>every cause, late ranks and notes</summary>", "",
+              "\n\n".join(folded), "", "</details>"]  # fmt: skip
+    return "\n".join(lines)
+
+
 def measured_block(
     rows: list[Speedup],
     baseline: str,
     found: Measured,
     predicted: Callable[[pd.Series], dict[str, Any] | None],
+    seen: set[str] | None = None,
 ) -> list[str]:
     """The Why (measured) block of one speedup table; `predicted(row)` gives a job's
-    recorded prediction (or None)."""
+    recorded prediction (or None); `seen`: jobs whose late ranks an earlier block named."""
+    seen = set() if seen is None else seen
     blocks = []
     for row in rows:
-        if row.yafsdp is None or row.baseline is None:
+        pair = compared_pair(row)
+        got = None if pair is None else found.get(_key(pair))
+        if pair is None or got is None:
             continue
-        got = found.get((str(row.yafsdp["job_label"]), str(row.baseline["job_label"])))
-        if got is None:
-            continue
-        title = f"{point_label(row.key)}, {baseline} against yafsdp"
+        title = pair_title(row, baseline, pair)
         if "error" in got:
             blocks.append(f"{title}: no measured why ({got['error']}).")
             continue
-        timed = got["timed_difference_s"]
-        lines = [
-            f"{title}: traced {got['difference_s']:+.4f} s on the slowest rank's step "
-            f"(timed {'n/a' if timed is None else f'{timed:+.4f} s'})."
-        ]
-        lines += [f"**Warning:** {w}." for w in got["warnings"]]
-        lines += [f"- {line}" for side in ("b", "a") for line in got[side]["late_arrivals"]]
-        blocks.append("\n".join(lines))
-        blocks.append(md_table(*pair_table(got, predicted(row.yafsdp), predicted(row.baseline))))
+        disagree = _disagreement(got)
+        if disagree is not None:
+            blocks.append(f"{title}: {disagree}.")
+            continue
+        table = pair_table(got, predicted(pair[0]), predicted(pair[1]))
+        blocks.append(pair_block(got, title, table, seen))
     if not blocks:
         return ["Why (measured): no pair of these jobs has traces to compare."]
     return [
-        "Why (measured, from the traces; `python -m harness.trace why <yafsdp job> "
-        "<baseline job>` prints the same): the slowest rank's profiled step, the "
-        "difference cause by cause, beside the planner's in the same causes:",
+        "Why (measured, from the traces of the pair whose speedup is the median of the "
+        "cell's; `python -m harness.trace why <yafsdp job> <baseline job>` prints the same):",
         *blocks,
     ]

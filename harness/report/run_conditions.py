@@ -67,6 +67,13 @@ def uneven_interference(rows: Iterable[Mapping[str, Any] | Any]) -> str | None:
     return "; ".join(reasons) or None
 
 
+def cpu_share_range(rows: Iterable[Mapping[str, Any] | Any]) -> tuple[float, float] | None:
+    """The least and most of the machine's CPU time other processes took in any of `rows`
+    (fractions), or None where no run measured it."""
+    shares = _numbers([r for r in map(record_of, rows) if r is not None], "other_cpu_share")
+    return (min(shares), max(shares)) if shares else None
+
+
 def _gpu_reasons(gpus: list[dict[str, Any]]) -> list[str]:
     reasons = []
     others = _numbers(gpus, "other_processes")

@@ -21,7 +21,7 @@ from harness.report.matching import (
 )
 from harness.report.measured import Measured
 from harness.report.picture_links import Pictures, timelines
-from harness.report.published import published_tables
+from harness.report.published import definitions, published_tables, verdict_box
 from harness.report.tables import (
     FLAG,
     PREDICTION_FLAG,
@@ -258,7 +258,9 @@ def environment(r: ReportJobs) -> list[str]:
 def render_markdown(r: ReportJobs, pictures: Pictures, measured: Measured | None = None) -> str:
     """report.md's text: every section in order, blocks separated by a blank line."""
     blocks = [
-        *header(r),
+        *header(r)[:2],  # the title and what the report was made from
+        *verdict_box(r),
+        *header(r)[2:],  # its warnings and the CPU note
         *published_tables(r, pictures, measured),
         *engine_setup(r),
         *timing(r),
@@ -270,5 +272,6 @@ def render_markdown(r: ReportJobs, pictures: Pictures, measured: Measured | None
         *failures(r),
         *problems(r),
         *environment(r),
+        *definitions(),
     ]
     return "\n\n".join(blocks).rstrip() + "\n"

@@ -35,7 +35,7 @@ from harness.engines.registry import YAFSDP
 from harness.jobdir.grid_point import GridPoint
 from harness.jobdir.rounds import same_round
 from harness.report.matching import LossParity, by_point, metric, repeat_of, value
-from harness.report.run_conditions import uneven_interference
+from harness.report.run_conditions import cpu_share_range, uneven_interference
 
 CONFIDENCE = 0.95
 METHOD = "paired Student t interval over repeats"
@@ -123,6 +123,12 @@ class Speedup:
     failed: int = 0  # repeats with both runs where one or both did not finish ok
     other_round: int = 0  # repeats whose two ok runs ran in different rounds: no pair
     unchecked: int = 0  # pairs whose results record no round (older results)
+    # the least and most of the machine's CPUs other processes took in any paired run
+    other_cpu_share: tuple[float, float] | None = None
+    # the paired repeat whose speedup is the median of the pairs' (the lower middle one of
+    # an even count): the runs the measured why explains, and how many pairs there were
+    median_pair: tuple[pd.Series, pd.Series] | None = None
+    pairs: int = 0
 
     @property
     def too_few_steps(self) -> bool:
@@ -244,7 +250,18 @@ def point_speedup(
         failed=paired.failed,
         other_round=paired.other_round,
         unchecked=paired.unchecked,
+        other_cpu_share=cpu_share_range([row for pair in pairs for row in pair]),
+        median_pair=_median_pair(pairs),
+        pairs=len(pairs),
     )
+
+
+def _median_pair(pairs: list[tuple[pd.Series, pd.Series]]) -> tuple[pd.Series, pd.Series] | None:
+    """The pair whose speedup is the median over the pairs (the lower of the middle two)."""
+    if not pairs:
+        return None
+    ranked = sorted(pairs, key=lambda p: (_time(p[1]) - _time(p[0])) / _time(p[1]))
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def speedups(df: pd.DataFrame, baseline: str, parity: list[LossParity]) -> list[Speedup]:

@@ -81,8 +81,7 @@ def speedup_cell(s: Speedup) -> str:
     if e.low_pct is not None and e.high_pct is not None:
         text = f"{e.speedup_pct:.2f}% [{e.low_pct:.1f}, {e.high_pct:.1f}], {e.n} repeats"
         text += f" ({left_out})" if left_out else ""
-        if not e.significant:
-            text += ", n.s."
+        text += ", significant" if e.significant else ", n.s."
     else:
         text = f"{e.speedup_pct:.2f}%, 1 repeat (run-to-run noise not measured"
         text += f"; {left_out})" if left_out else ")"

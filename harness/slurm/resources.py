@@ -7,7 +7,9 @@ a larger one must fill whole nodes, so `gpus` must be a multiple of `gpus_per_no
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from harness.node_split import node_split_error
 
@@ -83,3 +85,17 @@ def time_limit_error(
 def sbatch_time_min(time_min: int | None, job_timeout_s: float, signal_delay_s: float) -> int:
     """The job's --time: the launcher's time_min, else time_limit_min."""
     return time_min or time_limit_min(job_timeout_s, signal_delay_s)
+
+
+def job_name(config: dict[str, Any], fallback: str) -> str:
+    """A SLURM job name that says which job it is in `squeue`:
+    `llama2_7b-g64-s2048-c0-yafsdp-r1` (the repeat only where there are several)."""
+    engine = config.get("engine")
+    label = engine.get("label") or engine.get("name") if isinstance(engine, dict) else None
+    if not config.get("model") or not label:
+        return fallback
+    name = f"{config['model']}-g{config.get('gpus')}-s{config.get('seq_len')}"
+    name += f"-c{config.get('ckpt_layers')}-{label}"
+    if (config.get("repeats") or 1) > 1:
+        name += f"-r{config.get('repeat', 0)}"
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", name.removeprefix("hf:"))[:120]

@@ -37,6 +37,7 @@ from harness.slurm.job_end import JobEnd, decide
 from harness.slurm.resources import (
     JobShape,
     ShapeError,
+    job_name,
     job_shape,
     sbatch_time_min,
     time_limit_error,
@@ -164,12 +165,13 @@ def _sbatch_parameters(
     if params.kill_on_bad_exit:
         srun_args.append("--kill-on-bad-exit=1")
     return {
-        "job_name": str(cfg.hydra.job.name),
+        "job_name": job_name(job.config, fallback=str(cfg.hydra.job.name)),
         "nodes": job.shape.nodes,
         "ntasks_per_node": job.shape.tasks_per_node,
         "gpus_per_node": job.shape.gpus_per_node,
         "cpus_per_task": params.cpus_per_task,
-        "mem": f"{params.mem_gb}GB" if params.mem_gb else None,
+        # mem_gb=0: --mem=0, all of each node's memory
+        "mem": None if params.mem_gb is None else f"{params.mem_gb}GB" if params.mem_gb else "0",
         "time": _time_min(cfg, params),
         "partition": params.partition,
         "account": params.account,
@@ -287,17 +289,12 @@ def _dry_run(
     params: LauncherParams,
 ) -> list[JobReturn]:
     """No sbatch: each job's request is printed beside its checks and planner row."""
-    from harness.slurm.dry_run import dry_run_jobs, sbatch_request
+    from harness.slurm.dry_run import dry_run_jobs, dry_run_requests
     from harness.sweep.callbacks import active_sweep
 
     sweep = active_sweep()
     say = sweep.console.say if sweep is not None else print
-    requests = [
-        (job.idx, job.sweep_config, sbatch_request(_sbatch_parameters(job, params)))
-        if job.refusal is None
-        else (job.idx, job.sweep_config, f"sbatch: none, refused: {job.refusal}")
-        for job in jobs
-    ]
+    requests = dry_run_requests(jobs, params, lambda job: _sbatch_parameters(job, params), say)
     return dry_run_jobs(
         hydra_context=hydra_context, task_function=task_function, jobs=requests, say=say
     )

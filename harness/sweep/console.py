@@ -206,8 +206,8 @@ class Console:
 
     def say(self, text: str) -> None:
         """A remark about the job about to run (a rerun's reason); not when quiet."""
-        if not self.quiet:
-            self._write(f"        {text}")
+        if not self.quiet:  # every line of a remark indented alike
+            self._write("\n".join(f"        {line}" for line in text.split("\n")))
 
     def _clear_live(self) -> None:
         if self._live:

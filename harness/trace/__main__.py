@@ -3,12 +3,14 @@ python -m harness.trace timeline <job dir> [<job dir> ...] [-o out.png] [--rank 
 python -m harness.trace attribute <trace file | job dir> [--json]
 python -m harness.trace why <job A> <job B> [--rank R] [--json]
 python -m harness.trace path <job dir> [--json]
+python -m harness.trace merge <job dir> [-o merged.json.gz]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -75,7 +77,19 @@ def timeline(args: argparse.Namespace) -> int:
             f"cannot write the timeline to {out} ({e.strerror}); choose a writable file "
             "with -o <file>.png"
         ) from e
-    print(written)
+    step = "the first profiled step" if args.step is None else f"step {args.step}"
+    # the path last, alone as the line's last word: scripts read it there
+    print(f"wrote the timeline of rank {args.rank}, {step}, {len(dirs)} job(s): "
+          f"{Path(written).resolve()}")  # fmt: skip
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    from harness.trace.rank_files import merge_job
+
+    path, ranks, events = merge_job(args.job_dir, args.output)
+    print(f"wrote {Path(path).resolve()} ({ranks} ranks, {events} events, each rank its own "
+          "process): open it at https://ui.perfetto.dev")  # fmt: skip
     return 0
 
 
@@ -132,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rank", type=int, default=0)
     t.add_argument("--step", type=int, default=None)
     t.set_defaults(func=timeline)
+    m = sub.add_parser("merge", help="every rank's trace in one Perfetto-ready file")
+    m.add_argument("job_dir")
+    m.add_argument("-o", "--output", help="default <job dir>/traces/merged.json.gz")
+    m.set_defaults(func=merge)
     attribute_cli.add_parser(sub)
     path_cli.add_parser(sub)
     w = sub.add_parser("why", help="B's step against A's, cause by cause, from their traces")
@@ -151,6 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        _quiet_closed_stdout()
+        return 0
+
+
+def _quiet_closed_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush into the closed pipe
+    raises nothing (the recipe of Python's signal module documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

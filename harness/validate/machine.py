@@ -54,12 +54,22 @@ def _gpus(cfg: JobConfig) -> int | None:
     return torch.cuda.device_count()
 
 
+def _device(cfg: JobConfig, machine: Machine) -> str:
+    """`cfg.device`, with `auto` resolved where this machine's GPUs were counted."""
+    if cfg.device == "auto" and machine.gpus is not None:
+        return "cuda" if machine.gpus else "cpu"
+    return cfg.device
+
+
+def runs_on_cpu(cfg: JobConfig, machine: Machine | None) -> bool:
+    """Whether the job's ranks would be this machine's CPU processes."""
+    return machine is not None and _device(cfg, machine) == "cpu"
+
+
 def machine_errors(cfg: JobConfig, machine: Machine | None) -> list[str]:
     if machine is None:
         return []
-    device = cfg.device
-    if device == "auto" and machine.gpus is not None:
-        device = "cuda" if machine.gpus else "cpu"
+    device = _device(cfg, machine)
     if device == "cuda" and machine.gpus is not None:
         return _gpu_errors(cfg, machine.gpus)
     if device == "cpu":

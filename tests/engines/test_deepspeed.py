@@ -51,7 +51,7 @@ def test_deepspeed_accumulates_as_the_reference_and_records_its_settings(tmp_pat
         )  # fmt: skip
         for e, d in cases
     ]
-    rank0 = run_on_ranks(train_jobs, 2, configs, str(tmp_path))[0]
+    rank0 = run_on_ranks(train_jobs, 2, configs, str(tmp_path), start_method="fork")[0]
     runs = dict(zip(cases, rank0, strict=True))
     for dtype in ("fp32", "bf16"):
         reference, (got, settings) = runs[("local", dtype)][0], runs[("deepspeed", dtype)]

@@ -52,7 +52,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("setup")
     labels = shared_test_engines()
     configs = [_config(label, 2, 1) for label in labels]
-    runs = run_on_ranks(train_jobs, 2, configs, str(root))[0]
+    runs = run_on_ranks(train_jobs, 2, configs, str(root), start_method="fork")[0]
     return {label: run[1] for label, run in zip(labels, runs, strict=True)}
 
 
@@ -86,7 +86,9 @@ def test_fsdp1_is_the_published_fsdp1(recorded: dict[str, dict]) -> None:
 
 def test_fsdp1_records_the_strategy_it_runs_at_one_rank(tmp_path: Path) -> None:
     # FSDP1 turns FULL_SHARD into NO_SHARD on one rank (a one-GPU NCCL job): say so.
-    ((_, settings),) = run_on_ranks(train_jobs, 1, [_config("fsdp1", 1, 0)], str(tmp_path))[0]
+    ((_, settings),) = run_on_ranks(
+        train_jobs, 1, [_config("fsdp1", 1, 0)], str(tmp_path), start_method="fork"
+    )[0]
     assert settings["sharding_strategy"] == "NO_SHARD"
 
 

@@ -44,7 +44,7 @@ def test_engines_agree_on_losses_and_grad_norms(world_size: int, tmp_path: Path)
     # Checkpointing is exercised in fp32, where the tolerance is tight.
     cases = [(e, "fp32", c) for e in EAGER for c in (0, 1)] + [(e, "bf16", 0) for e in EAGER]
     configs = [_config(e, d, c, world_size) for e, d, c in cases]
-    rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path))[0]
+    rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path), start_method="fork")[0]
     metrics = {case: run[0] for case, run in zip(cases, rank0, strict=True)}
 
     for dtype in RTOL:

@@ -43,7 +43,8 @@ def test_engines_agree_on_hf_models(world_size: int, tmp_path: Path) -> None:
     paths = {name: write_config(tmp_path, name, cfg) for name, (cfg, _) in MODELS.items()}
     cases = [(name, engine) for name in MODELS for engine in shared_test_engines()]
     configs = [_config(paths[n], e, MODELS[n][1], world_size) for n, e in cases]
-    rank0 = run_on_ranks(train_jobs, world_size, configs, str(tmp_path / "jobs"))[0]
+    jobs = str(tmp_path / "jobs")
+    rank0 = run_on_ranks(train_jobs, world_size, configs, jobs, start_method="fork")[0]
     runs = dict(zip(cases, rank0, strict=True))
 
     for name in MODELS:

@@ -83,6 +83,18 @@ def test_why_prints_one_points_explanation(capsys) -> None:
     assert code == 0 and again == lines
 
 
+def test_why_plans_the_named_points_rows_alone(capsys, monkeypatch) -> None:
+    import harness.plan.cli as cli
+
+    planned: list[int] = []
+    real = cli.plan_row
+    monkeypatch.setattr(cli, "plan_row", lambda cfg, m: planned.append(cfg.gpus) or real(cfg, m))
+    point = ["hardware=a100_80gb", "model=llama2_7b", "gpus=64,128", "engine=yafsdp,fsdp1"]
+    code, lines, _ = _table(capsys, *point, "--why", "gpus=64")
+    assert code == 0 and planned == [64, 64]
+    assert any(line.startswith("llama2_7b gpus=64 seq=") for line in lines)
+
+
 def _gloo_calibration(tmp_path: Path) -> Path:
     path = tmp_path / "calibration.json"
     rows = [{"bytes": 2**24, "seconds": 0.05}]

@@ -22,6 +22,27 @@ def outputs_text(cells: list) -> str:
     return "\n".join(parts)
 
 
+def _execute(sweep: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SWEEP_DIR", str(sweep))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline
+    nb = jupytext.read(NOTEBOOK)
+    NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(REPO)}}
+    ).execute()
+    return nb
+
+
+def test_a_sweep_with_no_ok_job_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.report.sweep_fixtures import write_job
+
+    sweep = tmp_path / "failed"
+    write_job(sweep, "0", engine="yafsdp", status="failed", error="boom")
+    write_job(sweep, "1", engine="fsdp1", status="oom", error="OutOfMemory: cap")
+    text = outputs_text(_execute(sweep, monkeypatch).cells)
+    assert "no job of this sweep finished ok (1 failed, 1 oom)" in text
+
+
 def test_sweep_notebook_runs_on_a_fixture_sweep(
     sweep: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -36,9 +57,11 @@ def test_sweep_notebook_runs_on_a_fixture_sweep(
     assert (sweep / "results.csv").exists()  # built from the job directories on the way
     assert f"{sweep / 'results.csv'}: 6 jobs" in text
     # The speedup pivot: fsdp1 1.0 s and fsdp2 1.2 s against yafsdp 0.9 s at seq 128.
-    speedup_cell = next(c for c in nb.cells if "speedup = pd.DataFrame(" in c.source)
+    # as the report labels them: one table per baseline, the speedup cell with its run count
+    speedup_cell = next(c for c in nb.cells if "speedup_table(rows)" in c.source)
     speedup = outputs_text([speedup_cell])
-    assert "fsdp1" in speedup and "10.0" in speedup and "25.0" in speedup
+    assert "YaFSDP vs fsdp1, " in speedup and "YaFSDP vs fsdp2, " in speedup
+    assert "10.00%" in speedup and "25.00%" in speedup and "1 repeat" in speedup
     images = [
         out
         for cell in nb.cells

@@ -62,9 +62,12 @@ def test_rows_join_terms_that_share_causes_and_keep_unmodelled_causes():
     assert (SKEW,) in alone and (causes.COMM_SLOW,) in alone
 
 
-def _traced_job(sweep: Path, job: str, engine: str, late_us: float, predicted: dict) -> None:
-    write_job(sweep, job, engine=engine, step_times=[0.006 + late_us * 1e-6] * 5,
-              predicted=predicted)  # fmt: skip
+def _traced_job(
+    sweep: Path, job: str, engine: str, late_us: float, predicted: dict | None, **fields
+) -> None:
+    timed = fields.pop("timed_s", 0.006 + late_us * 1e-6)
+    write_job(sweep, job, engine=engine, step_times=[timed] * 5, predicted=predicted,
+              **fields)  # fmt: skip
     for rank in (0, 1):
         compute = 1000.0 + (late_us if rank == 1 else 0.0)
         ks = [
@@ -89,11 +92,16 @@ def test_report_shows_measured_beside_predicted(tmp_path):
     text = build_report([sweep], tmp_path / "out").read_text()
     assert "Why (predicted" in text and "Why (measured, from the traces" in text
     block = text[text.index("Why (measured") :]
-    assert "fsdp1 against yafsdp: traced +0.0003 s on the slowest rank's step" in block
-    assert "- skew: rank 1 arrived late, because compute.gemm_attention" in block
-    skew_row = next(line for line in block.splitlines() if f"`{SKEW}`" in line)
+    assert (
+        "fsdp1 against yafsdp: its one pair, repeat 0 (`0`, `1`): traced +0.0003 s on the "
+        "slowest rank's step (timed +0.0005 s), largest causes:" in block
+    )
+    assert "\n- +0.0005 s exposed wait for a rank that arrived late" in block  # top cause first
+    assert "- fsdp1: rank 1 arrived late, because compute.gemm_attention" in block
+    assert block.index("<details>") < block.index("| cause | measured (s) |")
+    skew_row = next(ln for ln in block.splitlines() if f"`{SKEW}`" in ln and ln.startswith("|"))
     assert "| +0.0005 | — | — |" in skew_row  # the planner does not model a late rank
-    engine_row = next(line for line in block.splitlines() if "(`engine`)" in line)
+    engine_row = next(ln for ln in block.splitlines() if "(`engine`)" in ln and ln.startswith("|"))
     assert "| +0.0004 | fsdp1_flat_grad |" in engine_row  # predicted, not measured here
 
 
@@ -102,4 +110,30 @@ def test_a_pair_without_traces_says_so(tmp_path):
     write_job(sweep, "0", engine="yafsdp", step_times=[0.9] * 5)
     write_job(sweep, "1", engine="fsdp1", step_times=[1.0] * 5)
     text = build_report([sweep], tmp_path / "out").read_text()
-    assert "fsdp1 against yafsdp: no measured why (" in text
+    assert "fsdp1 against yafsdp: its one pair, repeat 0 (`0`, `1`): no measured why (" in text
+
+
+def test_the_why_explains_the_median_pair_and_names_each_late_job_once(tmp_path):
+    """Three repeats against two baselines: the why is the median pair's, named by its
+    job directories and repeat; yafsdp's late rank is said once, not once per baseline."""
+    sweep = tmp_path / "sweep"
+    for r, late in enumerate((100.0, 300.0, 200.0)):  # fsdp1's speedup median: repeat 2
+        _traced_job(sweep, f"y{r}", "yafsdp", 50.0, None, repeat=r, repeats=3)
+        _traced_job(sweep, f"f{r}", "fsdp1", late, None, repeat=r, repeats=3)
+        _traced_job(sweep, f"g{r}", "fsdp2", late, None, repeat=r, repeats=3)
+    text = build_report([sweep], tmp_path / "out").read_text()
+    block = text[text.index("Why (measured") :]
+    assert "fsdp1 against yafsdp: the median of 3 pairs, repeat 2 (`y2`, `f2`)" in block
+    yafsdp_late = [ln for ln in text.splitlines() if ln.startswith("- yafsdp: rank 1 arrived")]
+    assert len(yafsdp_late) == 1
+
+
+def test_traces_that_contradict_the_timing_are_one_sentence(tmp_path):
+    sweep = tmp_path / "sweep"
+    _traced_job(sweep, "0", "yafsdp", 500.0, None, timed_s=0.006)  # traced slower...
+    _traced_job(sweep, "1", "fsdp1", 0.0, None, timed_s=0.0065)  # ...timed faster
+    text = build_report([sweep], tmp_path / "out").read_text()
+    block = text[text.index("Why (measured") :].split("\n## ")[0]
+    (line,) = [ln for ln in block.splitlines() if "fsdp1 against yafsdp" in ln]
+    assert ": the traces do not explain the timing here (traced " in line
+    assert "| cause |" not in block and "<details>" not in block

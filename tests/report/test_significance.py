@@ -78,7 +78,7 @@ def test_report_cells_carry_the_interval_the_repeats_and_the_verdict(tmp_path: P
                   step_times=[tf] * 5)  # fmt: skip
     text = build_report([sweep], tmp_path / "out").read_text()
     row = published_row(text)
-    assert row[4] == "10.00% [5.0, 15.0], 3 repeats"
+    assert row[4] == "10.00% [5.0, 15.0], 3 repeats, significant"
     assert row[5:] == ["0.9000", "1.000"]  # the median over the repeats' medians
     lines = text.splitlines()
     second = next(ln for ln in lines if ln.startswith("| llama_tiny | 2 | 256 | 0 | "))

@@ -7,9 +7,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
+from harness.slurm import chains
 from harness.slurm.chains import ChainRunner, link_options
 from harness.sweep.order import alternate
 
@@ -46,6 +48,20 @@ class FakeCluster:
 
 
 @dataclass
+class FakeTime:
+    """The runner's clock, advanced by its own sleeps: the sacct back-off runs as on a real
+    cluster (1, 2, 4 ... 15 s between reads) without the test waiting those seconds."""
+
+    now: float = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
 class FakeSubmitted:
     job_id: str
     watcher: FakeCluster
@@ -79,8 +95,10 @@ def run_chains(tmp_path: Path, jobs: list[Job], *, same_nodes: bool = True,
     def finish(job: Job, state: str) -> None:
         job.state = state
 
-    ChainRunner(jobs, submit=submit, finish=finish, same_nodes=same_nodes,
-                sleep=lambda s: None).run()  # fmt: skip
+    clock = FakeTime()
+    with mock.patch.object(chains, "time", clock):
+        ChainRunner(jobs, submit=submit, finish=finish, same_nodes=same_nodes,
+                    sleep=clock.sleep).run()  # fmt: skip
     return cluster, sent
 
 

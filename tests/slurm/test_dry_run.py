@@ -48,12 +48,19 @@ def test_a_dry_run_submits_nothing_and_prints_each_sbatch_request(tmp_path: Path
     lines = proc.stdout.splitlines()
     requests = [i for i, line in enumerate(lines) if line.strip().startswith("sbatch ")]
     assert len(requests) == 2, proc.stdout
-    for i in requests:  # the request, the planner's row, then the job's line
+    for i, name in zip(requests, ("yafsdp", "fsdp1"), strict=True):
+        # the request, its chain, environment and script, the planner's row, the job's line
         assert "--nodes=8" in lines[i] and "--gpus-per-node=8" in lines[i]
+        assert f"--job-name=llama2_7b-g64-s128-c0-{name} " in lines[i]
         # job_timeout_s=3600, then the warning's signal_delay_s=15 and SLURM's 60 s
         assert "--time=62" in lines[i]
-        assert lines[i + 1].strip().startswith("planner:")
-        assert "dry run ->" in lines[i + 2] and "[ok]" in lines[i + 2]
+        assert lines[i + 1].strip().startswith("chain: ")
+        planner = next(k for k in range(i, len(lines)) if lines[k].strip().startswith("planner:"))
+        script = [line.strip() for line in lines[i + 2 : planner]]
+        assert f"#SBATCH --job-name=llama2_7b-g64-s128-c0-{name}" in script
+        assert any(line.startswith("srun ") and sys.executable in line for line in script)
+        assert "dry run ->" in lines[planner + 1] and "[ok]" in lines[planner + 1]
+    assert "no --exclusive" in proc.stdout and "no --mem" in proc.stdout
     assert "dry run done: 2 jobs" in proc.stdout and "2 ok" in proc.stdout
     assert not sweep_dir.exists(), "a dry run must leave no directory"
 

@@ -25,7 +25,7 @@ GRID = ("seq_len=64,4096",)  # 64 meets the planted fault; 4096 is refused (past
 def faulty_sweep(
     fault: str, sweep_dir: Path, grid: tuple[str, ...] = GRID
 ) -> subprocess.CompletedProcess[str]:
-    runner = REPO / "tests" / "sweeps" / "faulty_runner.py"
+    runner = REPO / "tests" / "sweep" / "faulty_runner.py"
     return subprocess.run(
         [sys.executable, str(runner), fault, "-m", *B, *grid, f"hydra.sweep.dir={sweep_dir}"],
         cwd=REPO,

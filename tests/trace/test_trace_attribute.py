@@ -165,7 +165,7 @@ def test_units_of_engine_work_and_collectives(tmp_path):
 
 def test_cli_table_and_json(tmp_path, capsys):
     path = write_program(tmp_path / "rank0.json.gz", [_step(), _step("allocator", 250.0)])
-    assert main(["attribute", str(path)]) == 0
+    assert main(["attribute", str(path), "--step", "2"]) == 0
     out = capsys.readouterr().out
     assert "rank 0, step 2" in out and "| host.allocator | 0.250 |" in out
     assert main(["attribute", str(path), "--json"]) == 0
@@ -199,3 +199,16 @@ def test_the_stall_is_named_by_its_cpu_operator(tmp_path):
     assert "aten::_local_scalar_dense" not in clean.host_ops
     assert injected.host_ops["aten::_local_scalar_dense"] == pytest.approx(400e-6)
     assert next(iter(injected.host_ops)) == "aten::_local_scalar_dense"  # the largest first
+
+
+def test_cli_default_is_one_table_the_mean_over_ranks_and_steps(tmp_path, capsys):
+    path = write_program(tmp_path / "rank0.json.gz", [_step(), _step("allocator", 250.0)])
+    assert main(["attribute", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| cause |") == 1
+    assert out.startswith("mean of 2 steps (rank 0; steps 1, 2)")
+    assert "| host.allocator | 0.125 |" in out  # 0.250 ms in one of two steps
+    assert main(["attribute", str(path), "--each"]) == 0
+    assert capsys.readouterr().out.count("| cause |") == 2
+    assert main(["attribute", str(path), "--rank", "3"]) == 2
+    assert "no profiled step with --rank 3" in capsys.readouterr().err

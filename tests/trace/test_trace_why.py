@@ -178,6 +178,43 @@ def test_units_named_differently_are_listed_per_job_not_subtracted():
             "units_b": {"": 0.3}}  # fmt: skip
     found = {"warnings": [], "a": job("yafsdp"), "b": job("fsdp1"), "difference_s": 0.1,
              "timed_difference_s": 0.1, "terms": [term]}  # fmt: skip
-    line = why_lines(found)[0]
+    line = why_lines(found)[1]
     assert "[fsdp1 has (no unit) 0.3000 s; yafsdp has 1 0.2000 s]" in line
     assert "-0.2000" not in line
+
+
+def test_one_line_per_cause_under_a_header(pair):
+    fast, slow, attribute = pair
+    lines = why_lines(why(fast, slow, attribute))
+    assert lines[0].endswith("cause by cause:")
+    causes_shown = [line for line in lines[1:] if line.startswith("  +") or line.startswith("  -")]
+    assert len(causes_shown) >= 2  # skew and host.other, each on its own line
+    assert all(line.count(" s ") < 6 for line in causes_shown)
+    assert max(len(line) for line in lines) < 200
+
+
+def test_the_cli_survives_a_closed_pipe(pair, monkeypatch):
+    """`python -m harness.trace why a b | head -1`: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    fast, slow, _ = pair
+    head = subprocess.run(
+        f"{sys.executable} -m harness.trace why {fast} {slow} | head -1",
+        shell=True, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert head.stdout.strip()
+    assert "Traceback" not in head.stderr and "BrokenPipe" not in head.stderr
+
+
+def test_timeline_says_where_it_wrote(tmp_path, capsys, monkeypatch):
+    def plot(dirs, out, *, rank, step):
+        Path(out).write_bytes(b"png")
+        return Path(out)
+
+    monkeypatch.setattr("harness.trace.__main__.plot_timeline", plot)
+    monkeypatch.chdir(tmp_path)
+    assert main(["timeline", str(tmp_path), "-o", "x.png"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("wrote the timeline of rank 0, the first profiled step, 1 job(s): ")
+    assert said.split()[-1] == str(tmp_path / "x.png")

@@ -270,6 +270,32 @@ def test_an_aa_twin_label_is_its_engine_under_a_second_name() -> None:
     refused(job(engine=engine("yafsdp", label="nothing_aa")), "not a registered engine", "_aa")
 
 
+def test_a_cpu_job_whose_predicted_peak_exceeds_the_ram_is_refused_before_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model=llama2_70b gpus=2 on a 24 GiB CPU machine: refused, the dry run included, and
+    the run never reaches its launcher."""
+    from harness.job import launch
+    from harness.job import run as job_run
+    from harness.validate import machine
+
+    ram = Machine(gpus=0, cores=2, memory_bytes=24 * 2**30)
+    monkeypatch.setattr(machine, "this_machine", lambda cfg: ram)
+    big = job(model="llama2_70b", gpus=2, device="cpu", backend="gloo")
+    dry = job_run.run_job(dataclasses.replace(big, dry_run=True), tmp_path / "dry")
+    assert dry.result.status == "invalid"
+    assert "more than this machine's 24.0 GiB of RAM" in (dry.result.error or "")
+
+    def no_launch(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(launch, "launch_local", no_launch)
+    ran = job_run.run_job(big, tmp_path / "run")
+    assert ran.result.status == "invalid" and "llama2_70b" in (ran.result.error or "")
+    small = job_run.run_job(job(dry_run=True, device="cpu", backend="gloo"), tmp_path / "ok")
+    assert small.result.status == "ok", small.result.error
+
+
 # The planner's device figures: each in its range, named with a fix, before any plan -----------
 
 H100_TWO_NODES = ["hardware=h100_80gb", "model=llama2_7b", "gpus=16", "engine=yafsdp"]

@@ -255,8 +255,9 @@ def why_lines(found: dict[str, Any]) -> list[str]:
     which = "slowest rank's" if found.get("rank") is None else f"rank {found['rank']}'s"
     lines.append(
         f"{b['label']} {found['difference_s']:+.4f} s against {a['label']} (traced, {which} "
-        f"step; timed {'n/a' if timed is None else f'{timed:+.4f} s'}): " + "; ".join(shown)
+        f"step; timed {'n/a' if timed is None else f'{timed:+.4f} s'}), cause by cause:"
     )
+    lines += [f"  {term}" for term in shown]  # one cause a line: a terminal, `| head`, grep
     for side in (a, b):
         lines.append(f"  {side['label']}: step {side['step_s']:.4f} s on "
                      f"{_slowest(side)}")  # fmt: skip
