@@ -20,6 +20,16 @@ MODEL_IMPLS = ("native", "hf")
 # model_impl's default, resolved when the config is built: hf for an `hf:<path>` model (only
 # transformers can build it), native for a preset. A job's recorded config never holds it.
 MODEL_IMPL_AUTO = "auto"
+# yafsdp's buffer plans (`yafsdp_impl._plan.PLANS`; a test holds the two equal).
+BUFFER_PLANS = (
+    "auto",
+    "min_bytes",
+    "alternating",
+    "lean_alternating",
+    "ends_shared",
+    "separate_ends",
+    "half_staging",
+)
 
 
 @dataclass(kw_only=True)
@@ -40,6 +50,9 @@ class EngineConfig:
     # yafsdp only: the memory its own tensors may take, in GiB, for its buffer plan; 0: the
     # device's memory less what the planner predicts the rest of the step holds.
     memory_budget_gb: float = 0.0
+    # yafsdp only: its buffer plan (`YaFSDP(buffer_plan=...)`, one of BUFFER_PLANS): "auto"
+    # chooses for the memory budget; a named plan is held whatever the budget.
+    buffer_plan: str = "auto"
     # Compile each transformer block (after checkpoint wrapping, before sharding), as
     # torchtitan does; `harness.engines.compile_blocks`.
     compile_blocks: bool = False
@@ -111,6 +124,9 @@ class DeviceSpec:
     launch_us: float = 0.0  # host time to launch one eager op's kernel
     hook_us: float = 0.0  # host time of one engine hook (Python, per unit and pass)
     nccl_sms: int = 0  # SMs NCCL's kernels hold while a collective runs
+    # GiB a process holds on the device beside the caching allocator, all step: the CUDA
+    # context, NCCL's buffers, cuBLAS workspaces (a calibration's measurement replaces it)
+    outside_allocator_gb: float = 0.0
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sources: dict[str, str] = field(default_factory=dict)
 

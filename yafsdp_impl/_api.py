@@ -47,13 +47,15 @@ class YaFSDP:
             only for parameters that overlap this rank's shards, so the full model is never
             materialised.
         buffer_plan: "auto" (default): with a memory budget, "separate_ends" where the
-            engine's memory with it fits the budget, else "min_bytes"; without one,
-            "min_bytes". Or a plan by name: "min_bytes" (the plan below that holds fewer
-            bytes), "alternating" (two buffers sized to the largest unit), "ends_shared"
-            (the first and last units share one buffer, the others alternate two
-            layer-sized ones), "separate_ends" (the first and last units keep a buffer each,
-            so the first stays gathered from its forward to its backward); see
-            `plan_buffers`.
+            engine's memory with it fits the budget, else "min_bytes" where it fits, else
+            "half_staging"; without one, "min_bytes". Or a plan by name: "min_bytes" (the
+            plan of the next three that holds the fewest bytes), "alternating" (two buffers
+            sized to the largest unit), "lean_alternating" (the same with a layer-sized
+            staging: larger ends reduce-scatter in chunks), "ends_shared" (the first and
+            last units share one buffer, the others alternate two layer-sized ones),
+            "separate_ends" (the first and last units keep a buffer each, so the first stays
+            gathered from its forward to its backward), "half_staging" ("min_bytes" with a
+            staging of half a layer: one more reduce-scatter per layer); see `plan_buffers`.
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
@@ -182,6 +184,8 @@ class YaFSDP:
             "rejected": c.rejected.name if c.rejected is not None else None,
             "rejected_bytes": c.rejected_bytes,
             "budget_bytes": c.budget_bytes,
+            "smallest": c.smallest.name if c.smallest is not None else None,
+            "smallest_bytes": c.smallest_bytes,
         }
         return report
 

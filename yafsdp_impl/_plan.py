@@ -10,20 +10,35 @@ that size too: a larger unit is reduce-scattered through it in chunks.
 own, so the first unit stays gathered from its forward to its backward (one all-gather
 fewer per step, at the step's end where nothing hides it) for one more end-sized buffer
 of weights and gradients.
+`lean_alternating`: as `alternating`, with a staging buffer sized to the largest layer, not
+the largest unit: ends larger than a layer (Llama 3's 128k vocabulary) are reduce-scattered
+through it in chunks, as `ends_shared` does. The same collectives per layer.
+`half_staging`: the `min_bytes` plan with a staging buffer of half a layer: every layer is
+reduce-scattered in two pieces (one more reduce-scatter per layer), for half a layer of
+reduce-dtype bytes less. A mode for memory pressure.
 
-Without a memory budget the plan that holds fewer bytes is chosen (`min_bytes`). With one
-(`choose_for_budget`), `separate_ends` where the engine's memory with it fits the budget,
-else the plan that holds fewer bytes. `plan_buffers` is the one entry point: the engine and
-a planner that predicts the engine's memory both call it.
+`min_bytes` is the plan of `alternating`, `lean_alternating` and `ends_shared` that holds
+the fewest bytes (none of them adds a collective per layer). Without a memory budget it is
+chosen. With one (`choose_for_budget`), `separate_ends` where the engine's memory with it
+fits the budget, else `min_bytes` where it fits, else `half_staging`. `plan_buffers` is the
+one entry point: the engine and a planner that predicts the engine's memory both call it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from yafsdp_impl._layout import Layout
 
-PLANS = ("auto", "min_bytes", "alternating", "ends_shared", "separate_ends")
+PLANS = (
+    "auto",
+    "min_bytes",
+    "alternating",
+    "lean_alternating",
+    "ends_shared",
+    "separate_ends",
+    "half_staging",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,32 @@ def alternating(layout: Layout) -> BufferPlan:
     big = layout.max_padded_numel
     n = len(layout.units)
     return BufferPlan("alternating", (big, big), tuple(i % 2 for i in range(n)), big)
+
+
+def _largest_layer(layout: Layout) -> int | None:
+    """The largest unit between the first and the last; None without such a unit."""
+    sizes = [u.padded_numel for u in layout.units]
+    return max(sizes[1:-1]) if len(sizes) >= 3 else None
+
+
+def lean_alternating(layout: Layout) -> BufferPlan | None:
+    """None where there is no layer to size the staging by (fewer than three units)."""
+    layer = _largest_layer(layout)
+    if layer is None:
+        return None
+    plan = alternating(layout)
+    return BufferPlan("lean_alternating", plan.buffer_numel, plan.buffer_of, layer)
+
+
+def half_staging(layout: Layout, base: BufferPlan) -> BufferPlan | None:
+    """`base` with a staging of half the largest layer, rounded up to whole elements per
+    rank, so each layer's shard goes in two pieces. None without a layer."""
+    layer = _largest_layer(layout)
+    if layer is None:
+        return None
+    world = layout.resident.world_size
+    chunk = -(-layer // world // 2)  # per rank: half a layer's shard, rounded up
+    return BufferPlan("half_staging", base.buffer_numel, base.buffer_of, chunk * world)
 
 
 def ends_shared(layout: Layout) -> BufferPlan | None:
@@ -79,16 +120,23 @@ def choose_plan(
 ) -> BufferPlan:
     if choice not in PLANS:
         raise ValueError(f"buffer_plan={choice!r} is unknown; choose one of {', '.join(PLANS)}")
-    shared = ends_shared(layout)
-    if choice in ("ends_shared", "separate_ends"):
-        plan = shared if choice == "ends_shared" else separate_ends(layout)
-        if plan is None:
-            raise ValueError(f"buffer_plan={choice!r} needs at least three units")
-        return plan
-    plans = [alternating(layout)]
-    if choice == "min_bytes" and shared is not None:
-        plans.append(shared)
-    return min(plans, key=lambda p: p.nbytes(param_bytes, reduce_bytes, world_size))
+    if choice == "alternating":
+        return alternating(layout)
+    smallest = min(
+        [p for p in (alternating(layout), lean_alternating(layout), ends_shared(layout)) if p],
+        key=lambda p: p.nbytes(param_bytes, reduce_bytes, world_size),
+    )  # the first of equals: alternating where the ends are no larger than a layer
+    named = {
+        "min_bytes": smallest,
+        "lean_alternating": lean_alternating(layout),
+        "ends_shared": ends_shared(layout),
+        "separate_ends": separate_ends(layout),
+        "half_staging": half_staging(layout, smallest),
+    }
+    plan = named[choice]
+    if plan is None:
+        raise ValueError(f"buffer_plan={choice!r} needs at least three units")
+    return plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +148,10 @@ class PlanChoice:
     budget_bytes: int | None
     plan_bytes: int  # the engine's memory with the plan (see `engine_bytes`)
     rejected_bytes: int | None
+    # the plan holding the fewest bytes the engine can run (`half_staging`, where there is a
+    # layer), and the engine's memory with it: what the chosen plan spends beyond need
+    smallest: BufferPlan | None = None
+    smallest_bytes: int | None = None
 
 
 def engine_bytes(
@@ -125,21 +177,30 @@ def choose_for_budget(
     native: bool,
 ) -> PlanChoice:  # fmt: skip
     """`separate_ends` where the engine's memory with it fits `budget_bytes`, else the
-    plan holding fewer bytes (`min_bytes`); without a budget, `min_bytes`."""
+    plan holding fewer bytes (`min_bytes`) where it fits, else `half_staging`; without a
+    budget, `min_bytes`. `rejected` is the next roomier plan (or, for the roomiest, the
+    next smaller one)."""
     world = layout.resident.world_size
     small = choose_plan(layout, "min_bytes", param_bytes=param_bytes,
                         reduce_bytes=reduce_bytes, world_size=world)  # fmt: skip
-    roomy = separate_ends(layout)
+    roomy, tight = separate_ends(layout), half_staging(layout, small)
 
     def size(plan: BufferPlan) -> int:
         return engine_bytes(layout, plan, param_bytes=param_bytes, reduce_bytes=reduce_bytes,
                             native=native)  # fmt: skip
 
-    if roomy is None:
-        return PlanChoice(small, None, budget_bytes, size(small), None)
-    if budget_bytes is not None and size(roomy) <= budget_bytes:
-        return PlanChoice(roomy, small, budget_bytes, size(roomy), size(small))
-    return PlanChoice(small, roomy, budget_bytes, size(small), size(roomy))
+    def choice(plan: BufferPlan, over: BufferPlan | None) -> PlanChoice:
+        return PlanChoice(plan, over, budget_bytes, size(plan), size(over) if over else None)
+
+    if roomy is None or tight is None:
+        return choice(small, None)
+    if budget_bytes is None:
+        return choice(small, roomy)
+    if size(roomy) <= budget_bytes:
+        return choice(roomy, small)
+    if size(small) <= budget_bytes or size(tight) >= size(small):
+        return choice(small, roomy)
+    return choice(tight, small)
 
 
 def plan_buffers(
@@ -156,12 +217,20 @@ def plan_buffers(
     a plan by name is taken as named, with its bytes and the budget recorded beside it.
     Element sizes are in bytes; `native_reduce_scatter` is False on gloo (no reduce-scatter
     output buffers)."""
-    p, r = param_bytes, reduce_bytes
+    p, r, world = param_bytes, reduce_bytes, layout.resident.world_size
     if buffer_plan == "auto":
-        return choose_for_budget(
+        choice = choose_for_budget(
             layout, budget_bytes, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter
         )
-    world = layout.resident.world_size
-    plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r, world_size=world)
-    size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r, native=native_reduce_scatter)
-    return PlanChoice(plan, None, budget_bytes, size, None)
+    else:
+        plan = choose_plan(layout, buffer_plan, param_bytes=p, reduce_bytes=r, world_size=world)
+        size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r,
+                            native=native_reduce_scatter)  # fmt: skip
+        choice = PlanChoice(plan, None, budget_bytes, size, None)
+    smallest = half_staging(layout, choose_plan(layout, "min_bytes", param_bytes=p,
+                                                reduce_bytes=r, world_size=world))  # fmt: skip
+    if smallest is None:
+        return replace(choice, smallest=choice.plan, smallest_bytes=choice.plan_bytes)
+    size = engine_bytes(layout, smallest, param_bytes=p, reduce_bytes=r,
+                        native=native_reduce_scatter)  # fmt: skip
+    return replace(choice, smallest=smallest, smallest_bytes=size)

@@ -13,8 +13,8 @@ from __future__ import annotations
 # shards the model (harness.engines.compile_blocks).
 _COMPILE = frozenset({"compile_blocks"})
 ADAPTER_OPTIONS: dict[str, frozenset[str]] = {
-    # the buffer plan's memory budget; the dtype of its reduce-scatter
-    "yafsdp": _COMPILE | {"reduce_dtype", "memory_budget_gb"},
+    # the buffer plan, its memory budget; the dtype of its reduce-scatter
+    "yafsdp": _COMPILE | {"reduce_dtype", "memory_budget_gb", "buffer_plan"},
     # MixedPrecision(reduce_dtype=...); the rest is the published setup, fixed
     "fsdp1": _COMPILE | {"reduce_dtype"},
     # MixedPrecisionPolicy(reduce_dtype=...), explicit prefetch, gradient sync per micro-batch

@@ -8,7 +8,7 @@
 | activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |
 | gradient division | summed, divided once by P x accumulation at the end, so the loss is not pre-scaled | the engine's design |
 | clipping | the engine's `clip_grad_norm_`: shard norms summed during backward, then one scalar all-reduce and one scale | the engine's API |
-| buffer plan | the engine's choice for its memory budget (`engine.memory_budget_gb`, else the device's memory less what the planner predicts the rest of the step holds: `harness.plan.planner.yafsdp_memory_budget`): `separate_ends` (embedding and output a buffer each, the layers alternating two layer-sized ones) where it fits, else the smaller of two largest-unit buffers and `ends_shared` | the engine's API |
+| buffer plan | `engine.buffer_plan` (default `auto`: the engine's choice for its memory budget, `engine.memory_budget_gb`, else 90% of the device's memory less what the planner predicts the rest of the step holds: `harness.plan.planner.yafsdp_memory_budget`): `separate_ends` (embedding and output a buffer each, the layers alternating two layer-sized ones) where it fits, else `min_bytes` (the smallest of `alternating`, `lean_alternating` and `ends_shared`) where it fits, else `half_staging`; the settings name the plan held and the smallest one | the engine's API |
 | step start | gathers start at the next forward (default). With `YaFSDPEngine(prefetch_next_step=True)` the step ends with the engine's `prefetch_next_step()` then `wait_in_flight()`: the next step's first gathers are issued and waited inside this step's clock, so no work escapes it (on CPU no device synchronisation would wait for gloo's threads). Off by default: on a shared 2-core CPU (llama_small fp32, 2 ranks, interleaved with the default) it took 0.93 of the default's step at seq 256 (one run) and 0.96 and 0.99 at seq 1024 (two runs), inside that machine's run-to-run noise; to be measured on a quiet machine before it is turned on | this project's fairness rule (the timed step is the same work for every engine) |
 | optimizer | the harness's AdamW (`adamw_impl`, fused by default) as one call over the flat fp32 master shards, one per unit plus the resident one | the engine's design |
 """
@@ -44,6 +44,7 @@ class YaFSDPEngine:
             grad_accum_steps=ctx.grad_accum,
             device=ctx.device,
             init_fn=lambda name, shape: initial_value(name, shape, ctx.seed, ctx.device),
+            buffer_plan=ctx.cfg.buffer_plan,
             memory_budget_bytes=ctx.memory_budget_bytes,
         )
 
@@ -91,6 +92,8 @@ def plan_setting(engine: YaFSDP) -> str:
         text += f"; {c.plan_bytes / gib:.2g} GiB of a {c.budget_bytes / gib:.3g} GiB budget"
     if c.rejected is not None and c.rejected_bytes is not None:
         text += f", over {c.rejected.name} ({c.rejected_bytes / gib:.2g} GiB)"
+    if c.smallest is not None and c.smallest_bytes is not None and c.smallest != plan:
+        text += f"; smallest {c.smallest.name} ({c.smallest_bytes / gib:.2g} GiB)"
     return text
 
 

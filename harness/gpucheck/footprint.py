@@ -66,8 +66,7 @@ def yafsdp_bytes(
 ) -> dict[str, int]:
     """YaFSDP's `memory_report(optimizer)` byte classes on any rank, with a native
     reduce-scatter (NCCL or the fake group), units = embedding, each layer, output (norms
-    resident), and the buffer plan `plan` (`min_bytes`: the smaller of `alternating` and
-    `ends_shared`; or `separate_ends`)."""
+    resident), and the buffer plan `plan` (any of the engine's named plans)."""
     d, v = shape.dim, shape.vocab_size
     padded = lambda n: max(p, ceil_div(n, p) * p)  # noqa: E731
     units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
@@ -75,20 +74,23 @@ def yafsdp_bytes(
     shards = sum(padded(n) for n in units) // p + res // p
     # the compute-dtype copy of the master the gathers read (fp32 gathers read the master)
     low_precision_gathers = shards * param_bytes if param_bytes != FP32 else 0
-    # The engine's min-bytes buffer plan: two buffers of the largest unit (staging that
-    # size), or the embedding and output sharing one buffer with the layers alternating two
-    # layer-sized ones (staging layer-sized, larger units reduce-scattered in chunks).
-    # With `separate_ends` the embedding and the output keep a buffer each.
+    # The engine's buffer plans (yafsdp_impl._plan), from the shapes: two buffers of the
+    # largest unit, staging that size (alternating) or a layer's (lean_alternating: larger
+    # units reduce-scattered in chunks); the embedding and output sharing one buffer with
+    # the layers alternating two layer-sized ones (ends_shared), or a buffer each
+    # (separate_ends). min_bytes: the first three's smallest; half_staging: min_bytes with
+    # a staging of half a layer's shard per rank, rounded up.
     big, layer, ends = max(padded(n) for n in units), padded(units[1]), padded(v * d)
-    plans = {"alternating": (2 * big, big), "ends_shared": (ends + 2 * layer, layer),
+    plans = {"alternating": (2 * big, big), "lean_alternating": (2 * big, layer),
+             "ends_shared": (ends + 2 * layer, layer),
              "separate_ends": (2 * ends + 2 * layer, layer)}  # fmt: skip
-    if plan == "min_bytes":
-        smaller = [plans["alternating"], plans["ends_shared"]]
-        buffers, staging = min(
-            smaller, key=lambda b: 2 * b[0] * param_bytes + (b[1] + b[1] // p) * FP32
-        )
-    else:
-        buffers, staging = plans[plan]
+    smallest = min(
+        [plans["alternating"], plans["lean_alternating"], plans["ends_shared"]],
+        key=lambda b: 2 * b[0] * param_bytes + (b[1] + b[1] // p) * FP32,
+    )
+    plans["min_bytes"] = smallest
+    plans["half_staging"] = (smallest[0], ceil_div(layer // p, 2) * p)
+    buffers, staging = plans[plan]
     return {
         "weights": (buffers + res) * param_bytes,
         "grads": (buffers + res) * param_bytes,

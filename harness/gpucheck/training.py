@@ -35,6 +35,7 @@ def build(
     grad_accum: int = 1,
     seq_len: int = 128,
     seed: int = 0,
+    buffer_plan: str = "auto",
 ) -> Session:
     """A job of engine `label` on a native model of `shape` (every check trains with a
     job's learning rate, optimizer and clipping), built on this rank. yafsdp gets no
@@ -43,6 +44,7 @@ def build(
         model=shape.name, engine=engine_config(label), gpus=world_size, dtype=dtype,
         ckpt_layers=ckpt_layers, grad_accum=grad_accum, seq_len=seq_len, seed=seed,
     )  # fmt: skip
+    cfg.engine.buffer_plan = buffer_plan  # yafsdp's; the other engines keep "auto"
     return Session.build(cfg, rank, world_size, device, shape=shape, planned_budget=False)
 
 

@@ -20,6 +20,7 @@ from harness.jobdir.result import CorruptResultError, Result
 FIELDS_ADDED_LATER = {
     "model_impl": "native",
     "engine.memory_budget_gb": 0.0,
+    "engine.buffer_plan": "auto",
     "fault.where": "",
     "fault.ms": 0.0,
     # the profiled pass never feeds the timings: an older result stands for a new request

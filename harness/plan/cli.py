@@ -11,7 +11,9 @@ kernel time and the idle time before it by cause.
 `--brief` prints the table and its legend alone; `--why model=llama2_7b,gpus=64,seq=2048`
 one point's rows and why each baseline's step differs. A calibration measured on other
 hardware (another backend or GPU) is refused unless `--allow-other-hardware`, which makes
-the first line a warning.
+the first line a warning. `--own-min-ckpt` plans each engine at its own fewest
+checkpointed layers that fit (yafsdp with the buffer plan its engine chooses there) and
+compares the engines so, as a user choosing between them would.
 """
 
 from __future__ import annotations
@@ -32,22 +34,23 @@ from harness.plan.planner import (
     plan_row,
     planned_only_configs,
 )
+from harness.plan.points import PlanError, configs_at
+from harness.plan.yafsdp_plans import add_plans, own_min_ckpt_rows, smallest_plan_cell
 
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+DEFAULT_ENGINES = ("yafsdp", "fsdp1", "fsdp2")  # planned where none is named
 EXIT_INVALID = 2
 USAGE = (
     "usage: python -m harness.plan [--json] [--cycle] [--brief] [--why <point>] "
-    "[calibration=<file or sweep dir> [--allow-other-hardware]] [field=value ...]"
+    "[--own-min-ckpt] [calibration=<file or sweep dir> [--allow-other-hardware]] "
+    "[field=value ...]"
 )
 
 
-class PlanError(ValueError):
-    pass
-
-
-def job_configs(overrides: list[str]) -> list[JobConfig]:
+def job_configs(overrides: list[str], *, default_engines: bool = False) -> list[JobConfig]:
     """Every job the overrides name, sweeps expanded (the experiment's own sweep, then
-    comma lists), each checked by the harness's pre-flight."""
+    comma lists), each checked by the harness's pre-flight; with `default_engines`, each
+    of DEFAULT_ENGINES where neither the overrides nor the experiment name an engine."""
     from hydra import compose, initialize_config_dir
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
@@ -74,6 +77,9 @@ def job_configs(overrides: list[str]) -> list[JobConfig]:
         for key, values in dict(preset.hydra.sweeper.get("params") or {}).items():
             if key not in swept and key not in given:
                 swept[key] = [v.strip() for v in str(values).split(",")]
+        named = given & {"engine", "engine.name", "engine.label"} or "engine" in swept
+        if default_engines and not named:
+            swept["engine"] = list(DEFAULT_ENGINES)  # the comparison, not `local`
         base = compose("config", overrides=fixed)
         fixed_values = [o for o in parsed if not o.is_sweep_override() and not _is_group(o)]
         keys = list(swept)
@@ -173,6 +179,9 @@ COLUMNS = (
     ("logits", lambda r: _gb(r["memory_bytes_by_class"]["logits_loss"])),
     ("ovh", lambda r: _gb(r["memory_bytes_by_class"]["overhead"])),
     ("peak GiB", lambda r: _gb(r["peak_memory_bytes"])),
+    ("reserved", lambda r: _gb((r["allocator"] or {}).get("reserved_bytes"))),
+    ("plan", lambda r: r["buffer_plan"] or "-"),
+    ("smallest plan", lambda r: smallest_plan_cell(r["smallest_plan"])),
     ("fits", lambda r: r.get("fit_verdict") or "-"),
     (
         "min ckpt",
@@ -201,7 +210,9 @@ LEGEND = (
     "columns: per-GPU GiB of master = sharded fp32 weights, s.grads = sharded gradients, "
     "optim = optimizer state, u.weights/u.grads = unsharded (gathered) weights/gradients, "
     "staging = collective buffers, act.ckpt/act.plain = activations of checkpointed/other "
-    "layers, logits = logits and loss, ovh = memory outside the allocator; fits: yes, "
+    "layers, logits = logits and loss, ovh = memory outside the allocator; reserved = the "
+    "caching allocator's (its per-stream pools) with ovh; plan = yafsdp's buffer plan, the "
+    "one its times are for; smallest plan = its smallest, with peak and step; fits: yes, "
     f"tight (peak >= {NEAR_CAPACITY:.0%} of the device: no room for the CUDA context, NCCL, "
     "fragmentation) or NO; min ckpt = fewest checkpointed layers that fit; iter s = "
     "compute + exp.comm (communication not hidden) + other + stall; tok/s per GPU; "
@@ -261,6 +272,7 @@ def plan(overrides: list[str], measured: Calibration | None = None, ablate: bool
          ) -> list[PlanRow]:  # fmt: skip
     rows = [plan_row(cfg, measured, ablate=ablate) for cfg in job_configs(overrides)]
     add_speedups(rows)
+    add_plans(rows, measured)
     return rows
 
 
@@ -274,38 +286,6 @@ def _take_value(args: list[str], flag: str) -> tuple[list[str], str | None]:
         if a.startswith(flag + "="):
             return args[:i] + args[i + 1 :], a.split("=", 1)[1]
     return args, None
-
-
-POINT_KEYS = {"model": "model", "gpus": "gpus", "seq": "seq_len", "seq_len": "seq_len",
-              "ckpt": "ckpt_layers", "ckpt_layers": "ckpt_layers"}  # fmt: skip
-
-
-def rows_at(rows: list[dict[str, Any]], point: str) -> list[dict[str, Any]]:
-    """The rows of one point named as `model=llama2_7b,gpus=64,seq=2048,ckpt=0` or as the
-    point's words, `llama2_7b gpus=64 seq=2048 ckpt=0` (a first word without `=` is the
-    model); any of these fields, the rest may be left out where only one point has the ones
-    given."""
-    wanted: dict[str, str] = {}
-    for i, part in enumerate(p for p in point.replace(" ", ",").split(",") if p):
-        key, _, value = part.partition("=") if "=" in part or i else ("model", "=", part)
-        if key not in POINT_KEYS or not value:
-            raise PlanError(f"--why {point}: {part!r} is not field=value of "
-                            f"{', '.join(sorted(POINT_KEYS))}")  # fmt: skip
-        wanted[POINT_KEYS[key]] = value
-    found = [r for r in rows if all(str(r[k]) == v for k, v in wanted.items())]
-    points = sorted({point_words(r) for r in found})
-    if len(points) != 1:
-        known = "; ".join(sorted({point_words(r) for r in rows}))
-        what = "no point" if not points else f"{len(points)} points"
-        raise PlanError(f"--why {point} names {what}; the plan's points: {known}")
-    return found
-
-
-def configs_at(configs: list[JobConfig], point: str) -> list[JobConfig]:
-    """The configs of the point `--why` names (as `rows_at` chooses): only they are planned."""
-    fields = [{k: getattr(c, k) for k in set(POINT_KEYS.values())} for c in configs]
-    kept = {id(f) for f in rows_at(fields, point)}
-    return [c for c, f in zip(configs, fields, strict=True) if id(f) in kept]
 
 
 def _print_plan(dicts: list[dict[str, Any]], brief: bool, measured: Calibration | None) -> None:
@@ -350,8 +330,8 @@ def _calibration_warning(measured: Calibration | None, configs: list[JobConfig],
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    flags = ("--json", "--cycle", "--brief", "--allow-other-hardware")
-    as_json, as_cycle, brief, allow_other = (f in args for f in flags)
+    flags = ("--json", "--cycle", "--brief", "--allow-other-hardware", "--own-min-ckpt")
+    as_json, as_cycle, brief, allow_other, own_min = (f in args for f in flags)
     args = [a for a in args if a not in flags]
     if any(a in ("-h", "--help") for a in args):
         print(USAGE + "\n\n" + (__doc__ or "").strip())
@@ -365,11 +345,13 @@ def main(argv: list[str] | None = None) -> int:
             from harness.plan.calibrate.calibration import calibration_from
 
             measured = calibration_from(Path(calibration[-1].split("=", 1)[1]))
-        configs = job_configs(args)
+        configs = job_configs(args, default_engines=True)
         warning = _calibration_warning(measured, configs, allow_other)
         configs = configs if why_point is None else configs_at(configs, why_point)
         rows = [plan_row(cfg, measured) for cfg in configs]
-        add_speedups(rows)
+        rows = own_min_ckpt_rows(rows, measured) if own_min else rows
+        add_speedups(rows, same_ckpt=not own_min)
+        add_plans(rows, measured)
         dicts = [r.to_dict() for r in rows]
     except (PlanError, ValueError) as e:
         print(f"[harness.plan] refused: {e}", file=sys.stderr)

@@ -43,9 +43,11 @@ def constants(cfg: JobConfig, measured: Calibration | None = None) -> dict[str, 
             origin = source(key)
         out[f"network.{key}"] = {"value": value, "origin": origin}
     outside = measured.outside_allocator_bytes if measured else None
+    default = int(spec.outside_allocator_gb * 2**30)
     out["overhead_bytes"] = {
-        "value": outside or 0,
+        "value": outside if outside is not None else default,
         "origin": f"measured: {measured.source}" if outside is not None and measured
+        else f"not measured: {source('outside_allocator_gb')}" if default
         else "not measured: 0 (memory outside the caching allocator)",
     }  # fmt: skip
     return out

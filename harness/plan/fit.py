@@ -19,7 +19,7 @@ def _size(n: int) -> str:
 
 def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
     """One line for the console, and the refusals (empty when it fits or cannot be told)."""
-    from harness.plan.memory.model import estimate_memory
+    from harness.plan.memory.model import NEAR_CAPACITY, estimate_memory
     from harness.plan.planner import memory_case, smallest_fitting_ckpt
 
     estimate = estimate_memory(memory_case(cfg))
@@ -29,16 +29,21 @@ def memory_line_and_errors(cfg: JobConfig) -> tuple[str, list[str]]:
     if cfg.device_memory_gb <= 0:
         return line, []
     have = cfg.device_memory_gb * GIB
-    if estimate.peak_bytes <= have:
+    if estimate.peak_bytes < NEAR_CAPACITY * have:
         return f"{line}; fits device_memory_gb={cfg.device_memory_gb:g}", []
     smallest = smallest_fitting_ckpt(cfg)
-    need = f"predicted peak {estimate.peak_bytes / GIB:.1f} GiB per device is more than "
-    need += f"device_memory_gb={cfg.device_memory_gb:g}"
+    need = f"predicted peak {estimate.peak_bytes / GIB:.1f} GiB per device is "
+    if estimate.peak_bytes <= have:
+        need += f"tight: {NEAR_CAPACITY:.0%} or more of device_memory_gb="
+        need += f"{cfg.device_memory_gb:g}, no room left for fragmentation"
+    else:
+        need += f"more than device_memory_gb={cfg.device_memory_gb:g}"
     if smallest is None:
         fix = "no ckpt_layers fits: use more gpus, a shorter seq_len or a smaller micro_batch"
     else:
         fix = f"the smallest ckpt_layers that fits is {smallest}: use ckpt_layers={smallest}"
-    return f"{line}; does not fit", [f"{need}; {fix}"]
+    verdict = "tight" if estimate.peak_bytes <= have else "does not fit"
+    return f"{line}; {verdict}", [f"{need}; {fix}"]
 
 
 def host_memory_errors(cfg: JobConfig, memory_bytes: int | None) -> list[str]:

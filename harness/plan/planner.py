@@ -9,8 +9,9 @@ from harness.config import JobConfig
 from harness.models.shapes import shape_of
 from harness.plan.calibrate.calibration import Calibration
 from harness.plan.constants import constants
-from harness.plan.memory.allocator import AllocatorEstimate, estimate_allocator, retry_note
+from harness.plan.memory.allocator import AllocatorEstimate, estimate_allocator
 from harness.plan.memory.model import (
+    NEAR_CAPACITY,
     MemoryCase,
     MemoryEstimate,
     estimate_memory,
@@ -18,6 +19,7 @@ from harness.plan.memory.model import (
     peak_of,
     yafsdp_budget,
 )
+from harness.plan.memory.notes import fit_verdict, memory_note
 from harness.plan.time.give_way import GiveWayConstants
 from harness.plan.time.network import MeasuredNetwork, NcclRing
 from harness.plan.time.retry_syncs import TERM as RETRY_TERM
@@ -45,6 +47,10 @@ class PlanRow:
     speedup: dict[str, float] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     why: dict[str, list[str]] = field(default_factory=dict)  # yafsdp rows: vs each baseline
     allocator: AllocatorEstimate | None = None  # None: the engine's streams are not derived
+    # yafsdp rows: the buffer plan its engine holds here, and its smallest plan's cost
+    # (`harness.plan.yafsdp_plans.add_plans`)
+    buffer_plan: str | None = None
+    smallest_plan: dict[str, Any] | None = None
 
     def _allocator_dict(self) -> dict[str, Any] | None:
         if self.allocator is None:
@@ -83,6 +89,8 @@ class PlanRow:
             "why": self.why or None,
             "constants": self.constants or None,
             "allocator": self._allocator_dict(),
+            "buffer_plan": self.buffer_plan,
+            "smallest_plan": self.smallest_plan,
         }
 
 
@@ -142,12 +150,21 @@ def memory_case(
         reduce_dtype=cfg.engine.reduce_dtype,
         asynchronous=_backend(cfg) == "nccl",
         model_impl=getattr(cfg, "model_impl", "native"),
-        overhead_bytes=(measured and measured.outside_allocator_bytes) or 0,
+        overhead_bytes=outside_allocator_bytes(cfg, measured),
+        buffer_plan=cfg.engine.buffer_plan,
     )
     if with_budget and cfg.engine.name == "yafsdp":
         case = replace(case, memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured,
                                                                       case=case))  # fmt: skip
     return case
+
+
+def outside_allocator_bytes(cfg: JobConfig, measured: Calibration | None = None) -> int:
+    """Device memory the caching allocator does not hold (CUDA context, NCCL, cuBLAS): as
+    measured by a calibration, else the hardware profile's public-source default."""
+    if measured and measured.outside_allocator_bytes is not None:
+        return measured.outside_allocator_bytes
+    return int(cfg.device_spec.outside_allocator_gb * GIB)
 
 
 # Held back from a rank's free memory at build: what comes after it and before the step's
@@ -264,6 +281,7 @@ def time_case(cfg: JobConfig, measured: Calibration | None = None) -> TimeCase:
         reduce_dtype=cfg.engine.reduce_dtype,
         model_impl=getattr(cfg, "model_impl", "native"),
         memory_budget_bytes=yafsdp_memory_budget(cfg, measured=measured),
+        buffer_plan=cfg.engine.buffer_plan,
         torch_version=resolve_torch_version(getattr(cfg, "torch_version", "")),
         give_way=(measured.give_way if measured else None) or GiveWayConstants(),
     )
@@ -281,12 +299,14 @@ def predict_time(
 
 
 def smallest_fitting_ckpt(cfg: JobConfig, measured: Calibration | None = None) -> int | None:
-    """The fewest checkpointed layers with which the job fits its device memory (a binary
-    search: each checkpointed layer holds its input instead of its activations)."""
+    """The fewest checkpointed layers with which the job fits its device memory, not tight
+    (under NEAR_CAPACITY of it; yafsdp with the buffer plan its engine chooses at each
+    count's budget); a binary search: each checkpointed layer holds its input instead of
+    its activations."""
     have = cfg.device_memory_gb * GIB
 
     def fits(n: int) -> bool:
-        return estimate_memory(memory_case(cfg, n, measured)).peak_bytes <= have
+        return estimate_memory(memory_case(cfg, n, measured)).peak_bytes < NEAR_CAPACITY * have
 
     lo, hi = 0, shape_of(cfg.model).n_layers
     if not fits(hi):
@@ -321,7 +341,7 @@ def plan_row(
     fits = memory.peak_bytes <= have if have else None
     if not have:
         smallest = None
-    elif fits and cfg.ckpt_layers == 0:
+    elif cfg.ckpt_layers == 0 and memory.peak_bytes < NEAR_CAPACITY * have:
         smallest = 0
     else:
         smallest = smallest_fitting_ckpt(cfg, measured)
@@ -337,16 +357,18 @@ def describe_row(t: TimeEstimate) -> dict[str, Any]:
     return {"iteration_time_s": t.iteration_time_s, **describe(t)}
 
 
-def add_speedups(rows: list[PlanRow]) -> None:
+def add_speedups(rows: list[PlanRow], *, same_ckpt: bool = True) -> None:
     """On each yafsdp row, (T_baseline - T_yafsdp) / T_baseline for the baselines of the
-    same point, as the README defines speedup."""
+    same point, as the README defines speedup; `same_ckpt=False`: whatever checkpointing
+    each row has (each engine at its own minimum)."""
     from harness.engines.registry import BASELINES, YAFSDP
     from harness.plan.explain import why_lines
     from harness.plan.time.timing import PLANNED_ONLY
 
     def point(r: PlanRow) -> tuple:
         c = r.cfg
-        return (c.model, c.gpus, c.seq_len, c.ckpt_layers, c.micro_batch, c.dtype)
+        ckpt = c.ckpt_layers if same_ckpt else None
+        return (c.model, c.gpus, c.seq_len, ckpt, c.micro_batch, c.dtype)
 
     for row in rows:
         own = row.cfg.engine.label
@@ -364,47 +386,8 @@ def add_speedups(rows: list[PlanRow]) -> None:
                 continue
             row.why[label] = why_lines(describe_row(row.time), describe_row(other.time),
                                        label, own)  # fmt: skip
-            row.why[label] += [n for r in (other, row) if (n := memory_note(r))]
+            row.why[label] += [n for r in (other, row) if (n := memory_note(r, _retry_s(r)))]
 
 
-# A predicted peak past this share of device memory is flagged (not priced): see below.
-NEAR_CAPACITY = 0.9
-
-
-def memory_note(row: PlanRow) -> str | None:
-    """Where the allocator's per-stream pools outgrow the device (`allocator.py`), its
-    retries; else, where the peak nears the device's memory, a note: fragmentation within
-    a pool, which is not modelled, can make it retry there too."""
-    engine, gib = row.cfg.engine.label, row.cfg.device_memory_gb
-    price = row.time.mechanisms.get(RETRY_TERM) if row.time else None
-    if row.allocator is not None and (note := retry_note(engine, row.allocator, gib, price)):
-        return note
-    return near_capacity(row)
-
-
-def fit_verdict(row: PlanRow) -> str | None:
-    """The fit: "yes", "tight" (a peak at NEAR_CAPACITY of the device or more leaves too little for
-    the CUDA context, NCCL's buffers and fragmentation), "NO", or None (no device memory)."""
-    have = row.cfg.device_memory_gb * GIB
-    if row.fits is None or not have:
-        return None
-    if not row.fits:
-        return "NO"
-    return "tight" if row.memory.peak_bytes >= NEAR_CAPACITY * have else "yes"
-
-
-def near_capacity(row: PlanRow) -> str | None:
-    """A note where an engine's predicted peak nears its device's memory. There the caching
-    allocator frees its cache and retries an allocation, synchronising the device
-    (pytorch/pytorch issue 65078 on FSDP; PR 19222): stalls the time model does not price,
-    for want of a public per-retry cost. A sweep's `num_alloc_retries` shows whether they
-    happen; yafsdp allocates its buffers once, but its activations still come and go."""
-    have = row.cfg.device_memory_gb * GIB
-    if not have or row.memory.peak_bytes < NEAR_CAPACITY * have:
-        return None
-    share = row.memory.peak_bytes / have
-    return (
-        f"  note: {row.cfg.engine.label}'s predicted peak is {share:.0%} of the "
-        f"{row.cfg.device_memory_gb:g} GiB device; near capacity the caching allocator "
-        "retries with device synchronisations, not priced here (see num_alloc_retries)"
-    )
+def _retry_s(row: PlanRow) -> float | None:
+    return row.time.mechanisms.get(RETRY_TERM) if row.time else None

@@ -31,7 +31,9 @@ from harness.rank.memory_peaks import (
 from harness.rank.session import Session
 
 Report = Callable[[str], None]  # tells the console which phase a rank is in
-MEMORY_TRACKED_STEPS = 2  # the second warm-up step holds the optimizer state
+# On CPU the peak is tracked over the build and this many steps: the second step is the
+# first to hold the optimizer state (AdamW makes its moments in the first step's update).
+MEMORY_TRACKED_STEPS = 2
 
 
 @dataclass
@@ -41,6 +43,11 @@ class Run:
     session: Session
     losses: list[torch.Tensor] = field(default_factory=list)
     grad_norms: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def steps_run(self) -> int:
+        """Steps run so far: the index of the next one."""
+        return len(self.losses)
 
     def step(self, step: int) -> None:
         """One step: a configured fault, the session's step, the memory limit's check."""
@@ -75,13 +82,31 @@ class WarmedUp:
     build_peaks: tuple[int, int] | None  # (allocated, reserved) of the build, on CUDA
 
 
+def memory_steps(cfg: JobConfig, device: torch.device) -> int:
+    """Untimed steps run beyond the warm-up so that the CPU peak sees a whole step with the
+    optimizer state: on CPU, as many as a warm-up of one or more falls short of
+    MEMORY_TRACKED_STEPS. `warmup_steps=0` asks for no untimed step at all: its peak is
+    the build's (`memory_source` says so)."""
+    if device.type != "cpu" or cfg.warmup_steps == 0:
+        return 0
+    return max(0, MEMORY_TRACKED_STEPS - cfg.warmup_steps)
+
+
+def cpu_memory_source(cfg: JobConfig) -> str:
+    """What a CPU job's peak covers: the build and MEMORY_TRACKED_STEPS steps, or with
+    `warmup_steps=0` the build alone."""
+    source = "profiler-cpu-allocations"
+    return source if cfg.warmup_steps else f"{source} (build only: warmup_steps=0)"
+
+
 def build_and_warm_up(
     cfg: JobConfig, rank: int, world_size: int, device: torch.device, report: Report
 ) -> WarmedUp:
     """Build the session and run the untimed warm-up steps. The allocator's peak on CPU is
     only knowable from the profiler's allocation events, so the build and the first
-    warm-up steps run under memory tracking there; on CUDA the build's peaks are read
-    apart, and the peaks restart before the timed steps."""
+    MEMORY_TRACKED_STEPS steps run under memory tracking there, whatever `warmup_steps` is
+    (`memory_steps` more untimed steps where warm-up is shorter); on CUDA the build's
+    peaks are read apart, and the peaks restart before the timed steps."""
     built: list[Run] = []
 
     def build() -> Run:
@@ -89,13 +114,15 @@ def build_and_warm_up(
         built.append(Run(Session.build(cfg, rank, world_size, device)))
         return built[0]
 
+    untimed = cfg.warmup_steps + memory_steps(cfg, device)
+
     def warm_up(run: Run, step: int) -> None:
-        report(f"warm-up {step + 1}/{cfg.warmup_steps}")
+        report(f"warm-up {step + 1}/{untimed}")
         start = time.perf_counter()
         run.step(step)
         log_step(run, step, time.perf_counter() - start, "warm-up")
 
-    tracked = min(cfg.warmup_steps, MEMORY_TRACKED_STEPS)
+    tracked = min(untimed, MEMORY_TRACKED_STEPS)
     cpu_allocated, build_peaks = None, None
     if device.type == "cpu":
 
@@ -110,7 +137,7 @@ def build_and_warm_up(
         build_peaks = restart_cuda_peaks(device)
         for s in range(tracked):
             warm_up(built[0], s)
-    for s in range(tracked, cfg.warmup_steps):
+    for s in range(tracked, untimed):
         warm_up(built[0], s)
     if device.type == "cuda":  # the timed steps' peaks: not the build's, not warm-up's
         restart_cuda_peaks(device)
@@ -148,7 +175,8 @@ def timed_steps(run: Run, report: Report) -> Timed:
     step_times: list[float] = []
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", run.session.world_size))
     window = Window.start(open_gpu_watch(device, local_world))
-    for k, s in enumerate(range(cfg.warmup_steps, cfg.warmup_steps + cfg.steps)):
+    first = run.steps_run  # warm-up and memory steps before
+    for k, s in enumerate(range(first, first + cfg.steps)):
         report(f"timed steps {k + 1}/{cfg.steps}")  # outside the timer
         all_ready(device)
         start = time.perf_counter()
@@ -240,7 +268,7 @@ def profiled_pass(run: Run, job_dir: Path, report: Report) -> dict[str, Any] | N
     except ImportError:
         return None
     report("profile")
-    next_step = cfg.warmup_steps + cfg.steps
+    next_step = run.steps_run
     counter = iter(range(next_step, next_step + cfg.profile.warmup + cfg.profile.steps))
 
     def profiled_step(_i: int) -> None:
@@ -274,7 +302,7 @@ def memory_snapshot_pass(run: Run, job_dir: Path, report: Report) -> Path | None
     from harness.rank.memory_snapshot import STEPS, record_snapshot, snapshot_path
 
     report("memory snapshot")
-    first = cfg.warmup_steps + cfg.steps + cfg.profile.warmup + max(cfg.profile.steps, 0)
+    first = run.steps_run
     counter = iter(range(first, first + STEPS))
     return record_snapshot(lambda: run.step(next(counter)), session.device,
                            snapshot_path(job_dir, session.rank))  # fmt: skip

@@ -137,7 +137,7 @@ def _metrics(
         num_alloc_retries=peaks.alloc_retries,
         num_ooms=peaks.ooms,
         device_memory_outside_allocator_bytes=peaks.outside_allocator,
-        memory_source="cuda-allocator" if cuda else "profiler-cpu-allocations",
+        memory_source="cuda-allocator" if cuda else measure.cpu_memory_source(cfg),
         memory_breakdown=session.wrapped.memory_breakdown(session.optimizer),
         losses=reduced.losses,
         loss_steps=list(range(len(reduced.losses))),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from harness.config import EngineConfig, JobConfig
+from harness.config import BUFFER_PLANS, EngineConfig, JobConfig
 from harness.engines.options import ADAPTER_OPTIONS
 from harness.engines.registry import (
     AA_TWIN_SUFFIX,
@@ -41,7 +41,11 @@ def engine_errors(engine: EngineConfig) -> list[str]:
             "its own is an entry in harness/engines/registry.py and sweeps/engine/<label>.yaml"
         ]
     label_error = _label_error(engine, registered)
-    return ([label_error] if label_error else []) + _ignored_options(engine)
+    plan_error = one_of(
+        "engine.buffer_plan", engine.buffer_plan, BUFFER_PLANS,
+        more=" (auto: chosen for the memory budget; see yafsdp_impl._plan)",
+    )  # fmt: skip
+    return [e for e in (label_error, plan_error) if e] + _ignored_options(engine)
 
 
 # Options every label fixes, whatever its adapter: a comparison never compiles one side

@@ -21,7 +21,8 @@ from harness.rank.session import Session, wrap_model
 from tests.bench.engine_revision import wrap_at
 from tests.rank.training import shared_test_engines
 
-# label -> (engine label, model_impl)
+# label -> (engine label, model_impl); the engine label may carry `@<git rev>` (that
+# revision's yafsdp) or `:<buffer plan>` (yafsdp with `engine.buffer_plan`)
 Runs = dict[str, tuple[str, str]]
 
 
@@ -62,7 +63,10 @@ def interleaved_runs(
     sessions = {}
     for label, (engine, impl) in runs.items():
         engine, _, revision = engine.partition("@")
+        engine, _, plan = engine.partition(":")
         cfg = replace(job, engine=ENGINES[engine].config(), model_impl=impl)
+        if plan:
+            cfg.engine.buffer_plan = plan
         wrap = functools.partial(wrap_at, revision) if revision else wrap_model
         sessions[label] = Session.build(cfg, rank, world_size, torch.device("cpu"), wrap=wrap)
 

@@ -15,10 +15,38 @@ def rows():
     return suite_c.run(torch.device("cpu"), reduced=True)
 
 
-def test_every_engine_at_both_world_sizes(rows):
+def test_every_engine_at_both_world_sizes_then_the_pressure_rows(rows):
     assert [r.check for r in rows] == [
         f"8 llama_small_g{p}_s4_c1 {e}" for p in (8, 64) for e in ("yafsdp", "fsdp1", "fsdp2")
+    ] + [
+        f"8 pressure llama_small_x2_g8_s4 {e}"
+        for e in ("fsdp1", "fsdp2", *(f"yafsdp:{plan}" for plan in suite_c.PRESSURE_PLANS))
     ]
+
+
+def test_each_pressure_row_holds_its_plan_as_the_arithmetic_says(rows):
+    """Every yafsdp plan is built and stepped at the pressure point and holds exactly
+    footprint's bytes for that plan (the bytes check passes only for the plan named)."""
+    plans = {r.check.rsplit(":", 1)[1]: r.figures.get("buffer_plan") for r in rows
+             if "pressure" in r.check and ":" in r.check}  # fmt: skip
+    assert plans == {p: p for p in suite_c.PRESSURE_PLANS}
+
+
+def test_the_cap_holds_a_larger_card_to_80_gib_and_is_restored(monkeypatch):
+    calls = []
+    props = type("Props", (), {"total_memory": 160 * 2**30})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda f, device: calls.append(f))  # fmt: skip
+    with suite_c.capped(torch.device("cuda", 0)) as fraction:
+        assert fraction == 0.5 and calls == [0.5]
+    assert calls == [0.5, 1.0]
+    props.total_memory = 80 * 2**30
+    with suite_c.capped(torch.device("cuda", 0)) as fraction:
+        assert fraction is None
+    with suite_c.capped(torch.device("cpu")) as fraction:
+        assert fraction is None
+    assert calls == [0.5, 1.0]
 
 
 def test_bytes_by_class_match_the_arithmetic(rows):

@@ -31,7 +31,8 @@ def peak_of(cfg: JobConfig, rank: int, world_size: int) -> int:
 
 
 def measure(rank: int, world_size: int, cases: list[dict[str, Any]]) -> list[int]:
-    """Peak allocated bytes of this rank for each case (model, seq_len, ckpt_layers, engine)."""
+    """Peak allocated bytes of this rank for each case (model, seq_len, ckpt_layers, engine;
+    optionally dtype, fp32 by default, and yafsdp's buffer_plan)."""
     peaks = []
     # Held across cases, so a block one case allocates and gloo frees later still leaves
     # the tally before the next case reads its baseline.
@@ -39,9 +40,11 @@ def measure(rank: int, world_size: int, cases: list[dict[str, Any]]) -> list[int
         assert exact, "this torch's libc10 does not export the CPU allocator's tally flag"
         for case in cases:
             engine = ENGINES[case["engine"]].config()
+            if "buffer_plan" in case:
+                engine.buffer_plan = case["buffer_plan"]
             cfg = JobConfig(
                 model=case["model"], seq_len=case["seq_len"], ckpt_layers=case["ckpt_layers"],
-                engine=engine, gpus=world_size, dtype="fp32", device="cpu",
+                engine=engine, gpus=world_size, dtype=case.get("dtype", "fp32"), device="cpu",
             )  # fmt: skip
             peaks.append(peak_of(cfg, rank, world_size))
     return peaks

@@ -65,11 +65,19 @@ def test_the_first_step_alone_would_undercount() -> None:
     assert steady == ["forward: block 0", "backward: block 0 reduce"]
 
 
-def test_fsdp2_streams_are_not_derived() -> None:
-    assert estimate_allocator(MOMENTS, "fsdp2", 16) is None
+def test_fsdp2_reserves_its_gather_copy_in_and_reduce_scatter_pools() -> None:
+    """FSDP2's all-gather output lives in its copy-in stream's pool beside the compute
+    stream's unsharded parameters (one class in the memory model, two copies in the
+    pools), and its reduce-scatter buffers in the reduce-scatter stream's pool: allocated
+    peaks at 12 (+1 outside), reserved is compute 10 + copy-in 2 + reduce-scatter 8."""
+    for engine in ("fsdp2", "fsdp2_tuned"):
+        got = estimate_allocator(MOMENTS, engine, None)
+        assert got is not None
+        assert got.allocated_peak_bytes == 13 and got.reserved_bytes == 23
+        assert got.stream_peaks == {"compute": 12, "all_gather_copy_in": 2, "reduce_scatter": 8}
 
 
-@pytest.mark.parametrize("engine", ["fsdp1"])
+@pytest.mark.parametrize("engine", ["fsdp1", "fsdp2"])
 def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) -> None:
     """A device between FSDP1's allocated peak and its reserved memory: it fits, yet the
     allocator retries, and the row and yafsdp's why-lines say so."""
@@ -80,7 +88,7 @@ def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) 
     from harness.plan.planner import add_speedups, memory_case, plan_row
 
     point = ["hardware=a100_80gb", "model=llama_small", "gpus=8", "seq_len=512"]
-    cfgs = {c.engine.label: c for c in job_configs([*point, "engine=yafsdp,fsdp1"])}
+    cfgs = {c.engine.label: c for c in job_configs([*point, f"engine=yafsdp,{engine}"])}
     free = estimate_allocator(moments_by_class(memory_case(cfgs[engine])), engine, None)
     assert free is not None and free.reserved_bytes > free.allocated_peak_bytes
     between = (free.reserved_bytes + free.allocated_peak_bytes) / 2 / 2**30

@@ -1,6 +1,8 @@
 """The planner's per-rank peak against the CPU allocator's, for every engine: llama_mini and
 llama_small on 2 gloo ranks, seq 128 and 512 (fp32, as CPU runs go); checkpointing
-(ckpt_layers 0 and 1) on llama_mini, where its share of the peak is the larger.
+(ckpt_layers 0 and 1) on llama_mini, where its share of the peak is the larger; and on
+llama_small at seq 128 in fp32 and bf16, every yafsdp buffer plan and bf16 for the
+engines the published comparison has (yafsdp, fsdp1, fsdp2).
 
 One process group runs every case in turn (each engine the shared tests train:
 `shared_test_engines`), each built and stepped as a job's memory-
@@ -20,7 +22,7 @@ from tests.distributed import run_on_ranks
 from tests.plan.cpu_peaks import measure
 from tests.rank.training import shared_test_engines
 
-TOLERANCE = 0.10
+TOLERANCE = 0.05
 # The suite's largest single cost, so checkpointing is measured on llama_mini only: its
 # share of the peak is larger there than on llama_small (whose ckpt_layers=1 peaks were
 # 0.7-2.0% below ckpt_layers=0 when both were measured).
@@ -29,25 +31,43 @@ CASES = [
     {"model": m, "seq_len": s, "ckpt_layers": c, "engine": e}
     for (m, c), s, e in itertools.product(MODEL_CKPT, (128, 512), shared_test_engines())
 ]
+SMALL = {"model": "llama_small", "seq_len": 128, "ckpt_layers": 0}
+NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", "half_staging")
+CASES += [{**SMALL, "engine": e, "dtype": "bf16"} for e in ("yafsdp", "fsdp1", "fsdp2")]
+CASES += [
+    {**SMALL, "engine": "yafsdp", "dtype": d, "buffer_plan": plan}
+    for d, plan in itertools.product(("fp32", "bf16"), NAMED_PLANS)
+]
+
+
+# Cases per process group: a rank's memory grows with each case it has traced (one held
+# 5.7 GiB after the 30 cases in one group, and was killed on a 23 GiB machine).
+CASES_PER_GROUP = 12
 
 
 @pytest.fixture(scope="module")
 def measured() -> list[int]:
-    per_rank = run_on_ranks(measure, 2, CASES)
-    return [max(peaks) for peaks in zip(*per_rank, strict=True)]
+    peaks = []
+    for i in range(0, len(CASES), CASES_PER_GROUP):
+        per_rank = run_on_ranks(measure, 2, CASES[i : i + CASES_PER_GROUP])
+        peaks += [max(p) for p in zip(*per_rank, strict=True)]
+    return peaks
 
 
-def test_predicted_peak_is_within_10_percent_of_measured(measured: list[int]) -> None:
+def test_predicted_peak_is_within_5_percent_of_measured(measured: list[int]) -> None:
     lines, misses = [], []
     for case, peak in zip(CASES, measured, strict=True):
-        cfg = JobConfig(model=case["model"], seq_len=case["seq_len"], gpus=2, dtype="fp32",
-                        ckpt_layers=case["ckpt_layers"], device="cpu",
-                        engine=ENGINES[case["engine"]].config())  # fmt: skip
+        engine = ENGINES[case["engine"]].config()
+        engine.buffer_plan = case.get("buffer_plan", engine.buffer_plan)
+        cfg = JobConfig(model=case["model"], seq_len=case["seq_len"], gpus=2,
+                        dtype=case.get("dtype", "fp32"), ckpt_layers=case["ckpt_layers"],
+                        device="cpu", engine=engine)  # fmt: skip
         predicted = estimate_memory(memory_case(cfg)).peak_bytes  # yafsdp: its budget's plan
         error = predicted / peak - 1
         line = (
             f"{case['model']:11} seq {case['seq_len']:3} ckpt {case['ckpt_layers']} "
-            f"{case['engine']:11} measured {peak / 2**20:7.1f} MiB  predicted "
+            f"{case.get('dtype', 'fp32')} {case['engine']:11} {case.get('buffer_plan', ''):16} "
+            f"measured {peak / 2**20:7.1f} MiB  predicted "
             f"{predicted / 2**20:7.1f} MiB  {100 * error:+5.1f}%"
         )
         lines.append(line)

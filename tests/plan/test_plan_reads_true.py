@@ -11,7 +11,7 @@ import pytest
 
 from harness.plan.cli import main
 
-H100_8B = ["hardware=h100_80gb", "model=llama3_8b", "gpus=32", "seq_len=8192", "ckpt_layers=0"]
+H100_8B = ["hardware=h100_80gb", "model=llama3_8b", "gpus=64", "seq_len=8192", "ckpt_layers=0"]
 
 
 def _table(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str], str]:
@@ -24,8 +24,8 @@ def _cells(header: str, line: str) -> dict[str, str]:
     """A table row's cells by column name (columns are right-aligned under the header)."""
     names = ["model", "gpus", "seq", "ckpt", "engine", "master", "s.grads", "optim",
              "u.weights", "u.grads", "staging", "act.ckpt", "act.plain", "logits", "ovh",
-             "peak GiB", "fits", "min ckpt", "iter s", "compute", "exp.comm", "other",
-             "stall", "tok/s", "MFU", "speedup"]  # fmt: skip
+             "peak GiB", "reserved", "plan", "smallest plan", "fits", "min ckpt", "iter s",
+             "compute", "exp.comm", "other", "stall", "tok/s", "MFU", "speedup"]  # fmt: skip
     cells, pos = {}, 0
     for name in names:
         end = header.index(name, pos) + len(name)

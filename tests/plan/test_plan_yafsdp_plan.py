@@ -36,5 +36,8 @@ def test_planner_and_engine_choose_the_same_plan_at_the_published_points() -> No
         assert engine.plan_choice.plan_bytes == planned.plan_bytes, point
         chosen[point] = planned.plan.name
     print(chosen)
-    # every published point leaves room on 80 GB for the embedding and output apart
-    assert set(chosen.values()) == {"separate_ends"}
+    # 13 published points leave room under the near-capacity margin for the embedding and
+    # output apart; the 70B points and 34B at seq 4096 hold a smaller plan
+    roomy = {p for p, plan in chosen.items() if plan == "separate_ends"}
+    assert len(roomy) == 13, chosen
+    assert all("70b" in p or p.startswith("llama2_34b 256 4096") for p in set(chosen) - roomy)

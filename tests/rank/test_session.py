@@ -16,7 +16,7 @@ from harness.engines.registry import ENGINES
 from harness.jobdir.result import Metrics, typed_fields
 from harness.models.shapes import ModelShape
 from harness.rank.data import token_batch
-from harness.rank.measure import MemoryPeaks
+from harness.rank.measure import MEMORY_TRACKED_STEPS, MemoryPeaks, build_and_warm_up
 from harness.rank.session import Session, wrap_model
 from harness.rank.train_step import train_step
 from tests.distributed import run_on_ranks
@@ -125,3 +125,20 @@ def test_the_worker_writes_every_metric_those_unknown_as_null(tmp_path: Path) ->
     assert {k for k, v in written.items() if v is None} == unknown_on_cpu
     assert written["peak_memory_allocated_bytes"] > 0
     assert len(written["losses"]) == len(written["grad_norms"]) == len(written["loss_steps"]) == 2
+
+
+@pytest.mark.parametrize("label", ["local", "yafsdp"])
+def test_the_cpu_peak_sees_a_step_with_the_optimizer_state_whatever_the_warm_up(
+    one_rank: None, label: str
+) -> None:
+    """The CPU peak is tracked over the build and MEMORY_TRACKED_STEPS steps at any
+    `warmup_steps`: with one warm-up step it once missed AdamW's moments (llama_small fp32,
+    2 ranks: 442 MiB against 720). A warm-up shorter than that runs the missing steps
+    untimed, and the timed steps follow them."""
+    peaks = {}
+    for warmup in (1, 2, 3):
+        cfg = _job(label, warmup_steps=warmup, steps=1)
+        warmed = build_and_warm_up(cfg, 0, 1, CPU, lambda phase: None)
+        assert warmed.run.steps_run == max(warmup, MEMORY_TRACKED_STEPS)
+        peaks[warmup] = warmed.cpu_allocated
+    assert peaks[1] == pytest.approx(peaks[2], rel=0.01) and peaks[3] == peaks[2], peaks

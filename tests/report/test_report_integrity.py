@@ -137,3 +137,16 @@ def test_the_aa_tables_twin_column_names_the_twin(tmp_path: Path) -> None:
     section = text.split("### YaFSDP vs YaFSDP again, as `yafsdp_again`")[1].split("\n## ")[0]
     header = next(ln for ln in section.splitlines() if ln.startswith("| model"))
     assert "| yafsdp_again iteration time (s) |" in header and "| FSDP iteration" not in header
+
+
+def test_a_buffer_plan_that_differs_between_yafsdp_jobs_is_a_variant(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    for job, plan in (("0", "auto"), ("1", "half_staging")):
+        path = write_job(sweep, job, engine="yafsdp")
+        result = json.loads(path.read_text())
+        result["config"]["engine"]["buffer_plan"] = plan
+        path.write_text(json.dumps(result))
+    write_job(sweep, "2", engine="fsdp1")
+    text = build_report([sweep], tmp_path / "out").read_text()
+    assert "runs; using" not in text, "a plan's job was taken for a repeat of another's"
+    assert "engine.buffer_plan=half_staging" in text and "engine.buffer_plan=auto" in text

@@ -51,10 +51,23 @@ def test_memory_table_compares_with_yafsdp_at_the_same_point() -> None:
         ]
     )  # fmt: skip
     _, rows = memory_table(df)
-    assert [(r[4], r[-3], r[-2], r[-1]) for r in rows] == [
+    assert [(r[4], r[-4], r[-3], r[-2]) for r in rows] == [
         ("yafsdp", "110.0 MiB", "+10.0%", "(reference)"),
         # more than 25% off: flagged
         ("fsdp2", "100.0 MiB", "⚠ -33.3%", "+50.0 MiB (+50.0%)"),
+    ]
+
+
+def test_memory_table_names_the_plan_measured_beside_the_smallest() -> None:
+    plan = {"name": "separate_ends", "bytes": 300 * 2**20, "smallest": "half_staging",
+            "smallest_bytes": 200 * 2**20}  # fmt: skip
+    df = pd.DataFrame([job("yafsdp", memory_breakdown={"weights": 1, "buffer_plan": plan}),
+                       job("fsdp2")])  # fmt: skip
+    header, rows = memory_table(df)
+    assert header[-1] == "buffer plan"
+    assert [r[-1] for r in rows] == [
+        "separate_ends 300.0 MiB (measured); smallest half_staging 200.0 MiB",
+        "—",
     ]
 
 

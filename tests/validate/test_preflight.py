@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from harness.config import DeviceSpec, EngineConfig, FaultConfig, JobConfig, ProfileConfig
+from harness.config import (
+    BUFFER_PLANS,
+    DeviceSpec,
+    EngineConfig,
+    FaultConfig,
+    JobConfig,
+    ProfileConfig,
+)
 from harness.engines.options import ADAPTER_OPTIONS
 from harness.engines.registry import ADAPTER_NAMES, ENGINE_SPECS, ENGINES
 from harness.validate import validation_errors
@@ -80,6 +87,16 @@ def test_every_registered_engine_and_its_free_options_pass() -> None:
     # options a label does not fix are variants of it, shown as such in the report
     assert validation_errors(job(engine=engine("fsdp2_tuned", reduce_dtype="bf16"))) == []
     assert validation_errors(job(engine=engine("yafsdp", memory_budget_gb=2.0))) == []
+    for plan in BUFFER_PLANS:
+        assert validation_errors(job(engine=engine("yafsdp", buffer_plan=plan))) == [], plan
+
+
+def test_buffer_plans_are_the_engines_and_an_unknown_one_is_refused() -> None:
+    from yafsdp_impl._plan import PLANS
+
+    assert BUFFER_PLANS == PLANS
+    refused(job(engine=engine("yafsdp", buffer_plan="tiny")), "engine.buffer_plan='tiny'",
+            "half_staging")  # fmt: skip
 
 
 # L5: an option the adapter does not read is refused, from one table ---------------------------
@@ -91,6 +108,7 @@ def test_every_registered_engine_and_its_free_options_pass() -> None:
         (engine("yafsdp", async_unshard=True), "engine.async_unshard=true", "engine=fsdp2_tuned"),
         (engine("local", reduce_dtype="bf16"), "engine.reduce_dtype=bf16", "engine=yafsdp"),
         (engine("fsdp1", memory_budget_gb=4.0), "engine.memory_budget_gb=4.0", "engine=yafsdp"),
+        (engine("fsdp2", buffer_plan="alternating"), "engine.buffer_plan=alternating", "yafsdp"),
         (engine("fsdp1", sync_every_micro_batch=False), "sync_every_micro_batch=false", "fsdp2"),
     ],
 )

@@ -52,6 +52,9 @@ SHAPES = {
     "llama3_8b": Shape(
         dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336, vocab_size=128256
     ),
+    "llama3_70b": Shape(
+        dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim=28672, vocab_size=128256
+    ),
 }
 
 

@@ -357,6 +357,8 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["ckpt"] = train_ckpt(name, rank, 2)
         r["ends_shared"] = train_plan(name, rank, "ends_shared")
         r["separate_ends"] = train_plan(name, rank, "separate_ends")
+        r["lean_alternating"] = train_plan(name, rank, "lean_alternating")
+        r["half_staging"] = train_plan(name, rank, "half_staging")
         r["n_units"] = len(engine.layout.units)
         out[name] = r
     return out

@@ -121,6 +121,7 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
         }
 
     roomy, shared = held(emb + out + 2 * layer), held(max(emb, out) + 2 * layer)
+    half = -(-layer // p // 2) * p
     for budget, want, plan, rejected in (
         (sum(roomy.values()), roomy, "separate_ends", "ends_shared"),
         (sum(roomy.values()) - 1, shared, "ends_shared", "separate_ends"),
@@ -135,6 +136,9 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
             "rejected": rejected,
             "rejected_bytes": sum((shared if plan != "ends_shared" else roomy).values()),
             "budget_bytes": budget,
+            # ends_shared with half a layer's staging: the smallest plan it could run
+            "smallest": "half_staging",
+            "smallest_bytes": sum(shared.values()) - (layer - half) * fp32 * (p + 1) // p,
         }
     layer_sized = (0, *[2, 3] * (shape.n_layers // 2), 1)
     assert engine.buffer_plan.name == "ends_shared"
@@ -143,7 +147,51 @@ def test_llama3_8b_plan_follows_the_memory_budget(fake_world: int) -> None:
     assert roomy_engine.buffer_plan.buffer_of == layer_sized
 
 
-@pytest.mark.parametrize("plan", ["alternating", "ends_shared", "separate_ends"])
+@pytest.mark.parametrize("fake_world", [256], indirect=True)
+def test_llama3_70b_pressure_plans_hold_their_arithmetic(fake_world: int) -> None:
+    """At Llama 3's 128k vocabulary the ends are 1.2 layers each: two of them are less than
+    one end and two layers, so min_bytes is lean_alternating (two largest-unit buffers, a
+    layer-sized staging), 0.7 GiB under alternating's largest-unit staging; half_staging
+    halves that staging for a further 1.6 GiB; a budget one byte short of min_bytes gets
+    half_staging."""
+    p = fake_world
+    shape = SHAPES["llama3_70b"]
+    d, v = shape.dim, shape.vocab_size
+    units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
+    padded = [_padded(n, p) for n in units]
+    ends, layer = max(padded[0], padded[-1]), max(padded[1:-1])
+    res = _padded(shape.n_layers * 2 * d + d, p)
+    shards = sum(padded) // p + res // p
+    half = -(-layer // p // 2) * p
+    bf16, fp32 = 2, 4
+
+    def held(staging: int) -> int:
+        buffers = 2 * ends + res
+        staged = (staging + res) * fp32 + (staging // p + res // p) * fp32
+        return 2 * buffers * bf16 + shards * fp32 * 2 + staged + shards * bf16
+
+    got = {}
+    for plan in ("alternating", "min_bytes", "half_staging"):
+        model = build_llama("llama3_70b")
+        engine = YaFSDP(model, units_of(model), device="meta", buffer_plan=plan)
+        got[plan] = (engine.buffer_plan.name, held_bytes(engine.memory_report()))
+    assert got == {
+        "alternating": ("alternating", held(ends)),
+        "min_bytes": ("lean_alternating", held(layer)),
+        "half_staging": ("half_staging", held(half)),
+    }
+    gib = {k: round(b / 2**30, 2) for k, (_, b) in got.items()}
+    print(f"llama3_70b on {p} ranks, engine GiB by plan: {gib}")
+    model = build_llama("llama3_70b")
+    engine = YaFSDP(model, units_of(model), device="meta", memory_budget_bytes=held(layer) - 1)
+    assert (engine.buffer_plan.name, engine.plan_choice.rejected.name) == (
+        "half_staging", "lean_alternating"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "plan", ["alternating", "lean_alternating", "ends_shared", "separate_ends", "half_staging"]
+)
 def test_a_named_plan_is_held_as_named_whatever_the_budget(fake_world: int, plan: str) -> None:
     """`plan_buffers` takes a named plan as named: its bytes are what the engine holds, the
     budget is recorded beside it, and no plan was chosen over it."""

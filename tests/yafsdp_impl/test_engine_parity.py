@@ -384,28 +384,35 @@ def test_no_steady_state_allocation_for_weights_or_grads(ws: int, name: str) -> 
 
 @params
 @models
-def test_ends_shared_buffer_plan_matches_reference(ws: int, name: str) -> None:
-    """first and last units in one buffer, the rest alternating two; a unit larger than the
-    staging is reduce-scattered in chunks: losses, gradients, clip norms, weights after three
-    steps and accumulation all match the reference, and every rank's log is the same."""
+@pytest.mark.parametrize("plan", ["ends_shared", "lean_alternating", "half_staging"])
+def test_staged_buffer_plans_match_reference(ws: int, name: str, plan: str) -> None:
+    """ends_shared (first and last units in one buffer, the rest alternating two),
+    lean_alternating (two largest-unit buffers, a layer-sized staging) and half_staging (a
+    staging of half a layer): every unit larger than the staging is reduce-scattered in
+    chunks of P x staging/P, and losses, gradients, clip norms, weights after three steps
+    and accumulation all match the reference, and every rank's log is the same."""
     ref = reference(name, ws)
-    runs = [r[name]["ends_shared"] for r in suite(ws)]
+    runs = [r[name][plan] for r in suite(ws)]
     for rank, r in enumerate(runs):
         n = len(r["plan"].buffer_of)
-        assert r["plan"].buffer_of[0] == r["plan"].buffer_of[-1] == 0
-        assert all(r["plan"].buffer_of[i] in (1, 2) for i in range(1, n - 1))
+        if plan == "ends_shared":
+            assert r["plan"].buffer_of[0] == r["plan"].buffer_of[-1] == 0
+            assert all(r["plan"].buffer_of[i] in (1, 2) for i in range(1, n - 1))
         torch.testing.assert_close(r["losses"], [step[rank] for step in ref["losses"]], **FP32)
         torch.testing.assert_close(r["norms"], ref["norms"], rtol=1e-6, atol=0)
         assert_rel_close(r["final"], ref["final"], 1e-5)
         assert r["logs"] == runs[0]["logs"]
     assert_dicts_close(runs[0]["grads1"], ref["grads1"], **FP32)
     assert_dicts_close(runs[0]["accum_grads"], ref["grads1"], **FP32)
-    log, plan = runs[0]["logs"][0], runs[0]["plan"]
-    for i in (0, len(plan.buffer_of) - 1):
-        chunks = -(-runs[0]["padded"][i] // plan.staging_numel)
-        assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == chunks
+    log, chosen = runs[0]["logs"][0], runs[0]["plan"]
+    chunk = chosen.staging_numel // ws
+    pieces = [-(-padded // ws // chunk) for padded in runs[0]["padded"]]
+    for i, want in enumerate(pieces):
+        assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == want
     if name == "llama":  # its embedding and output outsize a layer
-        assert chunks > 1
+        assert pieces[0] > 1
+    if plan == "half_staging":  # one more reduce-scatter per layer
+        assert pieces[1:-1] == [2] * (n - 2)
 
 
 @params

@@ -20,8 +20,13 @@ gathers each unit's padded flat parameter under `stream(unshard_stream)`;
 reduce-scatter output under `stream(_post_backward_stream)`, and records the compute
 stream's gradient on it; everything autograd makes is on the compute stream. yafsdp and
 `local` allocate on the compute stream only (yafsdp's buffers once, at construction).
-FSDP2 gathers into a buffer of its copy-in stream and copies out on the compute stream,
-two copies the memory model holds as one, so its split is not derived here.
+FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, 2.4 on): `foreach_all_gather`
+allocates a group's all-gather output under `stream(all_gather_copy_in_stream)`, and
+`foreach_all_gather_copy_out` copies it into the unsharded parameters on the compute stream:
+the memory model holds the two copies as one (`unsharded_weights`), so for the pools its
+bytes are counted on the compute stream and mirrored on the copy-in stream (`MIRRORED`:
+reserved, never allocated at one moment twice). `foreach_reduce` allocates the
+reduce-scatter input and output under `stream(reduce_scatter_stream)` (`staging`).
 
 What is not derived: fragmentation within one stream's pool (blocks of unequal sizes).
 A retry blocks the host until every stream's queued work is done: the time model prices
@@ -40,6 +45,13 @@ STREAM_OF_CLASS: dict[str, dict[str, str]] = {
     "fsdp1": {"unsharded_weights": "unshard", "staging": "post_backward"},
     "yafsdp": {},
     "local": {},
+    "fsdp2": {"staging": "reduce_scatter"},
+    "fsdp2_tuned": {"staging": "reduce_scatter"},
+}
+# engine -> {memory class: a second stream whose pool also holds a copy of its bytes}
+MIRRORED: dict[str, dict[str, str]] = {
+    "fsdp2": {"unsharded_weights": "all_gather_copy_in"},
+    "fsdp2_tuned": {"unsharded_weights": "all_gather_copy_in"},
 }
 OUTSIDE = ("overhead",)  # held beside the allocator, in no pool
 STEADY_PASSES = 2  # the pools carry over from one step to the next: count the second
@@ -64,8 +76,11 @@ class AllocatorEstimate:
         }
 
 
-def stream_demand(by_class: dict[str, int], engine: str) -> dict[str, int]:
-    """The bytes in use on each stream at one moment."""
+def stream_demand(
+    by_class: dict[str, int], engine: str, *, mirrored: bool = False
+) -> dict[str, int]:
+    """The bytes in use on each stream at one moment (with `mirrored`, the copies
+    `MIRRORED` adds to a second stream's pool as well)."""
     streams = STREAM_OF_CLASS[engine]
     out: dict[str, int] = {}
     for cls, nbytes in by_class.items():
@@ -73,6 +88,8 @@ def stream_demand(by_class: dict[str, int], engine: str) -> dict[str, int]:
             continue
         stream = streams.get(cls, COMPUTE)
         out[stream] = out.get(stream, 0) + nbytes
+        if mirrored and (copy := MIRRORED.get(engine, {}).get(cls)):
+            out[copy] = out.get(copy, 0) + nbytes
     return out
 
 
@@ -110,8 +127,8 @@ def estimate_allocator(
     if engine not in STREAM_OF_CLASS:
         return None
     outside = max((sum(m.get(c, 0) for c in OUTSIDE) for m in moments.values()), default=0)
-    demands = [(name, stream_demand(m, engine)) for name, m in moments.items()]
-    allocated = max(sum(d.values()) for _, d in demands)
+    allocated = max(sum(stream_demand(m, engine).values()) for m in moments.values())
+    demands = [(name, stream_demand(m, engine, mirrored=True)) for name, m in moments.items()]
     peaks = _peaks(d for _, d in demands)
     fits = device_bytes is None or allocated + outside <= device_bytes
     capacity = device_bytes - outside if device_bytes is not None and fits else None

@@ -28,6 +28,9 @@ __all__ = ["yafsdp_layout"]  # kept importable from here, where its callers look
 
 FP32 = 4
 ADAMW_STATES = 2  # exp_avg, exp_avg_sq, fp32 like the master weights
+# A predicted peak at this share of device memory or more is "tight": left for
+# fragmentation and the allocator's per-stream pools is too little to count it as fitting.
+NEAR_CAPACITY = 0.9
 
 # Report order of the classes; every estimate has all of them.
 CLASSES = (
@@ -156,13 +159,14 @@ ENGINE_HELD = ("master", "sharded_grads", "unsharded_weights", "unsharded_grads"
 
 
 def yafsdp_budget(case: MemoryCase, device_memory_bytes: int) -> int:
-    """What the engine's own tensors may take: the device's memory less what the rest of
-    the step holds at its peak (activations, logits, the optimizer's moments, memory
-    outside the allocator), as predicted with the plan that holds fewer bytes."""
+    """What the engine's own tensors may take: NEAR_CAPACITY of the device's memory (the
+    rest is no room to spend: a plan that grows into it leaves the job tight) less what the
+    rest of the step holds at its peak (activations, logits, the optimizer's moments,
+    memory outside the allocator), as predicted with the plan that holds fewer bytes."""
     small = replace(case, buffer_plan="min_bytes", memory_budget_bytes=None)
     held = held_all_step(small)
     rest = estimate_memory(small).peak_bytes - sum(held.get(c, 0) for c in ENGINE_HELD)
-    return device_memory_bytes - rest
+    return int(NEAR_CAPACITY * device_memory_bytes) - rest
 
 
 def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:

@@ -66,6 +66,7 @@ class TimeCase:
     reduce_dtype: str = "fp32"
     model_impl: str = "native"
     memory_budget_bytes: int | None = None  # yafsdp: its buffer plan is chosen for it
+    buffer_plan: str = "auto"  # yafsdp: `engine.buffer_plan`
     torch_version: str = ""  # whose engine code and streams the plan models; "": installed
     give_way: GiveWayConstants = field(default_factory=GiveWayConstants)
 
@@ -161,7 +162,7 @@ def yafsdp_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list
     from harness.plan.time.programs.yafsdp import yafsdp_program
 
     return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx,
-                          case.memory_budget_bytes)  # fmt: skip
+                          case.memory_budget_bytes, case.buffer_plan)  # fmt: skip
 
 
 def fsdp1_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:

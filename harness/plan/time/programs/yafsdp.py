@@ -148,9 +148,9 @@ def skeleton(
 
 def yafsdp_program(
     costs: ModelCosts, model: str, dtype: str, reduce_dtype: str, ctx: StepContext,
-    budget_bytes: int | None = None,
+    budget_bytes: int | None = None, buffer_plan: str = "auto",
 ) -> list[Op]:  # fmt: skip
-    events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, "auto",
+    events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, buffer_plan,
                       budget_bytes)  # fmt: skip
     prog = Program(ctx)
     names = part_names(len(costs.forward) - 2)
