@@ -64,7 +64,7 @@ def _measure(root: Path) -> list[list]:
 
 @pytest.mark.slow
 def test_engine_and_plan_memory(benchmark, tmp_path: Path) -> None:
-    rows = benchmark.pedantic(_measure, args=(tmp_path,), rounds=1, iterations=1)
+    rows = benchmark.pedantic(_measure, args=(tmp_path,), rounds=3, iterations=1)
     headers = ["dtype", "engine", "plan asked", "plan held", "peak MiB", "RSS MiB", "s/step"]
     print()
     print(tabulate(rows, headers=headers, floatfmt=".1f"))
@@ -89,7 +89,7 @@ def test_plan_step_times_interleaved(benchmark, dtype: str) -> None:
     args = ("llama_small", SEQ_LEN, 5, 2, dtype, runs, True)
     measured = benchmark.pedantic(
         lambda: run_on_ranks(interleaved_runs, 2, *args, start_method="fork")[0],
-        rounds=1,
+        rounds=3,
         iterations=1,
     )
     benchmark.extra_info.update(measured)

@@ -60,7 +60,7 @@ def _mb(n: float) -> str:
 def test_report_first_and_second_run(benchmark, tmp_path: Path, ranks: int) -> None:
     sweep = _sweep(tmp_path, ranks)
     first = _report(sweep, tmp_path / "out")
-    second = benchmark.pedantic(_report, args=(sweep, tmp_path / "out"), rounds=1, iterations=1)
+    second = benchmark.pedantic(_report, args=(sweep, tmp_path / "out"), rounds=3, iterations=1)
     FIGURES[ranks] = {"first": first, "second": second}
     benchmark.extra_info.update(
         ranks_per_job=ranks,
