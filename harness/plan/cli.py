@@ -328,11 +328,14 @@ def _calibration_warning(measured: Calibration | None, configs: list[JobConfig],
     return None
 
 
+# The command line's switches, in the order main unpacks them.
+FLAGS = ("--json", "--cycle", "--brief", "--allow-other-hardware", "--own-min-ckpt")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    flags = ("--json", "--cycle", "--brief", "--allow-other-hardware", "--own-min-ckpt")
-    as_json, as_cycle, brief, allow_other, own_min = (f in args for f in flags)
-    args = [a for a in args if a not in flags]
+    as_json, as_cycle, brief, allow_other, own_min = (f in args for f in FLAGS)
+    args = [a for a in args if a not in FLAGS]
     if any(a in ("-h", "--help") for a in args):
         print(USAGE + "\n\n" + (__doc__ or "").strip())
         return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.plan import cli as plan_cli
 from tests.docs.commands import (
     REPO,
     Command,
@@ -27,7 +28,7 @@ from tests.docs.commands import (
 # pages another command writes whole, with tests of their own
 # (`python -m harness.plan.calibrate.accuracy_doc --check`)
 GENERATED_PAGES = {"planner-accuracy.md"}
-PLAN_FLAGS = {"--json", "--cycle", "--brief", "--allow-other-hardware"}
+PLAN_FLAGS = set(plan_cli.FLAGS)
 PLAN_VALUE_FLAGS = {"--why"}
 
 
