@@ -1,5 +1,5 @@
-"""The README's sweeps over the shipped Hugging Face configs (sweeps/hf_models/) stay valid:
-each command, as written there, checks every job it would launch (dry run)."""
+"""The documented sweeps over the shipped Hugging Face configs (sweeps/hf_models/) stay valid:
+each command, as written in the README or docs/, checks every job it would launch (dry run)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ CONFIGS = REPO / "sweeps" / "hf_models"
 
 
 def readme_hf_sweeps() -> list[list[str]]:
-    """The `python -m harness -m ...` commands of README code blocks that name a shipped
-    config, as argument lists after `python -m`."""
-    blocks = re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    """The `python -m harness -m ...` commands of the README's and docs/' code blocks that
+    name a shipped config, as argument lists after `python -m`."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    blocks = [b for page in pages
+              for b in re.findall(r"```sh\n(.*?)```", page.read_text(), flags=re.S)]  # fmt: skip
     commands = []
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
