@@ -73,7 +73,6 @@ def test_one_job_writes_a_complete_result(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "field", "hint"),
     [
-        ("model=nope", "model", "llama2_7b"),
         ("ckpt_layers=9", "ckpt_layers", "0..4"),
         ("seq_len=0", "seq_len", "at least 1"),
         ("gpus=0", "gpus", "at least 1"),
@@ -88,6 +87,14 @@ def test_invalid_input_is_refused_before_any_rank(
     assert not (tmp_path / "ranks").exists(), "no rank may start for an invalid config"
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "invalid" and field in result["error"]
+
+
+def test_an_unknown_model_is_refused_before_the_job_starts(tmp_path: Path) -> None:
+    # A config-group value is checked before Hydra composes the job: no job directory.
+    proc = run_cli("model=nope", run_dir=tmp_path)
+    assert proc.returncode == 2
+    assert "model=" in proc.stderr and "llama2_7b" in proc.stderr
+    assert not (tmp_path / "ranks").exists() and not (tmp_path / "result.json").exists()
 
 
 def test_unknown_engine_lists_the_engines(tmp_path: Path) -> None:
