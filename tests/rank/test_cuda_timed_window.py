@@ -56,6 +56,7 @@ def _run(log: list[str], device: torch.device) -> measure.Timed:
     class Steps:
         session = SimpleNamespace(cfg=JobConfig(warmup_steps=1, steps=3), rank=0,
                                   world_size=2, device=device)  # fmt: skip
+        steps_run = 1  # the warm-up step came before
 
         def step(self, step: int) -> None:
             log.append("step")

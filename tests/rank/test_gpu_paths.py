@@ -125,6 +125,7 @@ def test_profiled_pass_synchronises_after_every_step(monkeypatch, tmp_path: Path
 
     class Steps:
         session = SimpleNamespace(cfg=cfg, rank=0, world_size=2, device=torch.device("cpu"))
+        steps_run = 3  # the warm-up step and the two timed ones came before
 
         def step(self, step: int) -> None:
             log.append(f"step{step}")

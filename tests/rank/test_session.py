@@ -119,9 +119,11 @@ def test_the_worker_writes_every_metric_those_unknown_as_null(tmp_path: Path) ->
     assert trained is not None
     written = trained[0]
     assert list(written) == [f.name for f in typed_fields(Metrics)]
+    # `predicted` stays null: the job writes its prediction (prediction.json), not the rank.
     unknown_on_cpu = {"peak_memory_reserved_bytes", "build_peak_memory_allocated_bytes",
                       "build_peak_memory_reserved_bytes", "num_alloc_retries", "num_ooms",
-                      "device_memory_outside_allocator_bytes", "bandwidth"}  # fmt: skip
+                      "device_memory_outside_allocator_bytes", "bandwidth",
+                      "predicted"}  # fmt: skip
     assert {k for k, v in written.items() if v is None} == unknown_on_cpu
     assert written["peak_memory_allocated_bytes"] > 0
     assert len(written["losses"]) == len(written["grad_norms"]) == len(written["loss_steps"]) == 2
