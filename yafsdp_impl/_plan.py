@@ -20,7 +20,7 @@ reduce-dtype bytes less. A mode for memory pressure.
 `min_bytes` is the plan of `alternating`, `lean_alternating` and `ends_shared` that holds
 the fewest bytes (none of them adds a collective per layer). Without a memory budget it is
 chosen. With one (`choose_for_budget`), `separate_ends` where the engine's memory with it
-fits the budget, else `min_bytes` where it fits, else `half_staging`. `plan_buffers` is the
+fits the budget, else `min_bytes`; `half_staging` only when asked for by name. `plan_buffers` is the
 one entry point: the engine and a planner that predicts the engine's memory both call it.
 """
 
@@ -177,8 +177,8 @@ def choose_for_budget(
     native: bool,
 ) -> PlanChoice:  # fmt: skip
     """`separate_ends` where the engine's memory with it fits `budget_bytes`, else the
-    plan holding fewer bytes (`min_bytes`) where it fits, else `half_staging`; without a
-    budget, `min_bytes`. `rejected` is the next roomier plan (or, for the roomiest, the
+    plan holding fewer bytes (`min_bytes`); without a budget, `min_bytes`. `half_staging`
+    is taken only by name. `rejected` is the next roomier plan (or, for the roomiest, the
     next smaller one)."""
     world = layout.resident.world_size
     small = choose_plan(layout, "min_bytes", param_bytes=param_bytes,
@@ -198,9 +198,9 @@ def choose_for_budget(
         return choice(small, roomy)
     if size(roomy) <= budget_bytes:
         return choice(roomy, small)
-    if size(small) <= budget_bytes or size(tight) >= size(small):
-        return choice(small, roomy)
-    return choice(tight, small)
+    # Never `half_staging` unasked: its extra reduce-scatter per layer is a cost that a
+    # budget (a share of the device, not the device) should not impose on its own.
+    return choice(small, roomy)
 
 
 def plan_buffers(
