@@ -65,7 +65,10 @@ def test_under_torchrun_verbose_rank_0_logs_steps_and_prints_the_result_line(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [line for line in proc.stdout.splitlines() if line.startswith("step:")]
-    assert len(steps) == 3, proc.stdout  # rank 0 alone: one warm-up, two timed
+    # rank 0 alone: the warm-up step, one more untimed step (the memory peak must see a step
+    # that holds AdamW's moments), two timed
+    assert len(steps) == 4, proc.stdout
+    assert [s.endswith("(timed)") for s in steps] == [False, False, True, True]
     assert re.match(r"step:  2  loss: +\d+\.\d{4}  grad_norm: +[\d.]+  time: [\d.]+s  tps: ",
                     steps[1])  # fmt: skip
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("llama_tiny gpus=2"))
