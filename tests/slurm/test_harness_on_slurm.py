@@ -117,7 +117,7 @@ def test_jobs_get_their_own_task_counts(sweep):
         assert f"#SBATCH --ntasks-per-node={gpus}" in script
         assert "--gpus-per-node" not in script  # a CPU cluster: no GPU request
         assert "#SBATCH --signal=USR2@15" in script
-        assert "#SBATCH --time=2" in script  # job_timeout_s=120
+        assert "#SBATCH --time=4" in script  # ceil((job_timeout_s=120 + USR2@15 + 60) / 60)
         steps = subprocess.run(
             ["sacct", "-n", "-P", "-j", f"{slurm_id}.0", "-o", "NTasks"],
             capture_output=True,

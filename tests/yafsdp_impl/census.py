@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-_ENGINE_DIR = "yafsdp_impl"
+import yafsdp_impl
+
+# The engine package's own folder (these tests live in a folder of the same name).
+_ENGINE_DIR = os.path.dirname(os.path.abspath(yafsdp_impl.__file__)) + os.sep
 _MODEL_COMPUTE = {"__call__", "_checkpointed"}  # engine frames that run the user's forward
 
 
 def _innermost_engine_frame():
     f = sys._getframe(2)
     while f is not None:
-        if _ENGINE_DIR in f.f_code.co_filename:
+        if os.path.abspath(f.f_code.co_filename).startswith(_ENGINE_DIR):
             return f
         f = f.f_back
     return None

@@ -17,6 +17,10 @@ from tests.yafsdp_impl.census import EngineAllocations, LargeReads
 from tests.yafsdp_impl.models import BATCH, batch, build, loss_of, units_of, vocab_of
 from yafsdp_impl import YaFSDP
 
+# The mechanisms are checked on the published layout (YaFSDP v1's two alternating buffers);
+# the other plans have tests of their own (test_staged_buffer_plans_match_reference).
+PLAN = "alternating"
+
 MODELS = ("gpt", "llama")
 LR = 1e-3
 WEIGHT_DECAY = 0.1
@@ -78,7 +82,7 @@ def _delay_backward(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
 def train_fp32(name: str, rank: int) -> tuple[dict, YaFSDP, torch.optim.Optimizer]:
     """3 steps with clipping and injected compute delays; everything the parity tests need."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan=PLAN)
     units = units_of(model)
     # Delays inside compute(1) (forward) and compute(2) (backward): gathers of other units
     # into the other buffer run meanwhile and must not disturb what unit 1/2 reads.
@@ -152,7 +156,7 @@ def roundtrip(engine: YaFSDP, opt: torch.optim.Optimizer, name: str, rank: int) 
     """Local state dict + optimizer state into a fresh engine: continuing must agree bitwise."""
     local, osd = engine.local_state_dict(), copy.deepcopy(opt.state_dict())
     fresh_model = build(name, seed=123)
-    fresh = YaFSDP(fresh_model, units_of(fresh_model), param_dtype=torch.float32)
+    fresh = YaFSDP(fresh_model, units_of(fresh_model), param_dtype=torch.float32, buffer_plan=PLAN)
     fresh_opt = optimizer(fresh)
     fresh.load_local_state_dict(local)
     fresh_opt.load_state_dict(osd)
@@ -166,7 +170,7 @@ def roundtrip(engine: YaFSDP, opt: torch.optim.Optimizer, name: str, rank: int) 
     )
     # Full state dict: load into yet another engine and read back.
     other_model = build(name, seed=7)
-    other = YaFSDP(other_model, units_of(other_model), param_dtype=torch.float32)
+    other = YaFSDP(other_model, units_of(other_model), param_dtype=torch.float32, buffer_plan=PLAN)
     full = engine.full_state_dict()
     other.load_full_state_dict(full)
     back = other.full_state_dict()
@@ -180,7 +184,13 @@ def train_bf16(name: str, rank: int, reduce_dtype: torch.dtype, prefetch: bool =
     first gathers start when the optimizer step returns; unit 0's weights are then checked as
     its forward starts, and each step's log is kept."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+    engine = YaFSDP(
+        model,
+        units_of(model),
+        param_dtype=torch.bfloat16,
+        reduce_dtype=reduce_dtype,
+        buffer_plan=PLAN,
+    )
     copy_master = engine.schedule.copy_master_to_param_dtype
 
     def slow_copy(part: str = "all") -> None:
@@ -232,7 +242,7 @@ def prefetch_then_wait(name: str, rank: int) -> dict:
     then. Rank 0 copies units 0 and 1's weight buffers right after issuing the prefetch and
     right after the wait; both are compared with the updated weights."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, buffer_plan=PLAN)
     opt = optimizer(engine)
     loss_of(engine, batch(vocab_of(model), 0, rank)).backward()
     opt.step()
@@ -255,7 +265,7 @@ def step_ends(name: str, rank: int) -> dict:
     """bf16, two steps with prefetch_after: where the param-dtype copies fall among the
     step's first gathers, and the log as backward returns and after clipping."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, buffer_plan=PLAN)
     copy_master = engine.schedule.copy_master_to_param_dtype
     copies: list[tuple[str, list]] = []
 
@@ -283,7 +293,9 @@ def step_ends(name: str, rank: int) -> dict:
 def train_accum(name: str, rank: int, micro: int) -> dict:
     """One step of `micro` micro-batches of one sequence each, from the same BATCH tokens."""
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, grad_accum_steps=micro)
+    engine = YaFSDP(
+        model, units_of(model), param_dtype=torch.float32, grad_accum_steps=micro, buffer_plan=PLAN
+    )
     tokens = batch(vocab_of(model), 0, rank)
     logs = []
     for m in range(micro):
@@ -296,7 +308,9 @@ def train_accum(name: str, rank: int, micro: int) -> dict:
 
 def train_ckpt(name: str, rank: int, n: int) -> dict:
     model = build(name)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.float32, ckpt_units=n)
+    engine = YaFSDP(
+        model, units_of(model), param_dtype=torch.float32, ckpt_units=n, buffer_plan=PLAN
+    )
     loss_of(engine, batch(vocab_of(model), 0, rank)).backward()
     return {"grads": engine.full_grad_dict(), "log": list(engine.collective_log)}
 
@@ -337,7 +351,7 @@ def train_plan(name: str, rank: int, plan: str) -> dict:
 def unit_weight_bytes(n_layers: int) -> int:
     """Bytes of unsharded unit weights (the resident norm unit grows with depth; not counted)."""
     model = build("gpt", n_layers=n_layers)
-    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16)
+    engine = YaFSDP(model, units_of(model), param_dtype=torch.bfloat16, buffer_plan=PLAN)
     resident = engine.buffers.resident_weight
     return engine.memory_report()["weights"] - resident.numel() * resident.element_size()
 
