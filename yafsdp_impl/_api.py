@@ -59,6 +59,8 @@ class YaFSDP:
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
+        unit_names: what the profiler ranges call each unit (`yafsdp.all_gather.layers.3`);
+            default: its module path in `module`, as FSDP2 names its ranges.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class YaFSDP:
         init_fn: Callable[[str, torch.Size], torch.Tensor] | None = None,
         buffer_plan: str = "auto",
         memory_budget_bytes: int | None = None,
+        unit_names: Sequence[str] | None = None,
     ) -> None:
         units = list(units)
         _check_arguments(units, grad_accum_steps)
@@ -90,7 +93,8 @@ class YaFSDP:
         comm = _collectives.Comm(self.group)
 
         # Which parameter lives where, and the buffers that hold the unsharded units.
-        self.layout = build_layout(module, units, self.world_size)
+        given = list(unit_names) if unit_names is not None else None
+        self.layout = build_layout(module, units, self.world_size, given)
         self.plan_choice: PlanChoice = plan_buffers(
             self.layout, buffer_plan, memory_budget_bytes,
             param_bytes=param_dtype.itemsize, reduce_bytes=reduce_dtype.itemsize,

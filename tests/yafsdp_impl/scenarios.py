@@ -374,5 +374,6 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["lean_alternating"] = train_plan(name, rank, "lean_alternating")
         r["half_staging"] = train_plan(name, rank, "half_staging")
         r["n_units"] = len(engine.layout.units)
+        r["unit_names"] = [unit.name for unit in engine.layout.units]
         out[name] = r
     return out
