@@ -24,12 +24,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     ModelCosts,
     Program,
     StepContext,
     adamw_step,
-    part_names,
 )
 from harness.plan.time.simulate import COMPUTE, Op
 
@@ -99,7 +99,8 @@ def skeleton(
     buffer_plan: str = "auto", budget_bytes: int | None = None,
 ) -> tuple[tuple, ...]:  # fmt: skip
     """What the engine's schedule issues over one step, in order, as events: collectives
-    (kind, bytes, then the unit the schedule's log names), waits on them, its own kernels
+    (kind, bytes, then the unit the schedule's log names: its index, or `resident` or
+    `clip`), waits on them, its own kernels
     (bytes), and where each unit's forward and backward run. Independent of the sequence
     length and of every price, so one drive serves every point of the same model and world."""
     import torch
@@ -138,7 +139,10 @@ def skeleton(
             ends.pop()()  # autograd's final callback: the end of backward
         events.append(("clip",))  # the engine's clipping: its kernels are the optimizer's
         schedule.clip_grad_norm_(1.0)
-    units = iter(unit for op, unit in schedule.log if op in COLLECTIVES)
+    # The log names a unit by the layout's path: kept as its index, which the program names
+    # as every program does (a Hugging Face config's layout says 'model.layers.3').
+    index = {u.name: u.index for u in layout.units}
+    units = iter(index.get(unit, unit) for op, unit in schedule.log if op in COLLECTIVES)
     named = [(*e, next(units)) if e[0] == "collective" else e for e in events]
     if next(units, None) is not None:
         raise RuntimeError("the schedule's log names more collectives than it issued")
@@ -153,7 +157,7 @@ def yafsdp_program(
     events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, buffer_plan,
                       budget_bytes)  # fmt: skip
     prog = Program(ctx)
-    names = part_names(len(costs.forward) - 2)
+    names = unit_names(len(costs.forward) - 2)
     collectives: list[str] = []
     waiting: list[str] = []  # collectives the compute stream must wait for next
 
@@ -172,6 +176,7 @@ def yafsdp_program(
         kind = event[0]
         if kind == "collective":
             _, what, nbytes, unit = event
+            unit = names[unit] if isinstance(unit, int) else unit
             collectives.append(prog.collective(what, nbytes, unit, waits=(prog.last(COMPUTE),)))
         elif kind == "wait":
             waiting.append(collectives[event[1]])
