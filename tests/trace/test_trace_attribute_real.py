@@ -59,11 +59,12 @@ def test_cpu_jobs_leave_nothing_silent(cpu_jobs):
 
 def test_cpu_job_causes_name_the_work(cpu_jobs):
     """blocking all-reduces after backward; overlapped reduce-scatters per unit inside the
-    engine's ranges, so its exposed communication is a reduce-scatter of named units."""
+    engine's ranges, so its exposed communication is a reduce-scatter of named units (these
+    jobs' ranges use the older `unit<N>` names and record no units: shown as they are)."""
     blocking = attribute_job(cpu_jobs["blocking"])
     assert all(s.causes[C.COMM_ALL_REDUCE] > 0 for s in blocking)
     assert all(s.causes[C.COMPUTE_GEMM_ATTENTION] > 0 for s in blocking)
     overlapped = attribute_job(cpu_jobs["overlapped"])
     assert all(s.causes[C.COMM_REDUCE_SCATTER] > 0 for s in overlapped)
     units = set().union(*(s.by_unit.get(C.COMM_REDUCE_SCATTER, {}) for s in overlapped))
-    assert units and units <= {str(u) for u in range(6)}
+    assert units and units <= {f"unit{u}" for u in range(6)}
