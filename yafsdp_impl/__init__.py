@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from yafsdp_impl._layout import Layout, build_layout, is_norm
     from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers
     from yafsdp_impl._schedule import Schedule
+    from yafsdp_impl._vocab_split import split_vocab_units
 
 __all__ = [
     "BufferPlan",
@@ -37,6 +38,7 @@ __all__ = [
     "is_norm",
     "plan_buffers",
     "reduce_scatter",
+    "split_vocab_units",
 ]
 
 _HOMES = {
@@ -53,6 +55,8 @@ _HOMES = {
     "PlanChoice": "_plan",
     "plan_buffers": "_plan",
     "Buffers": "_buffers",
+    # the split_vocab plan's units: the ends cut into vocabulary halves
+    "split_vocab_units": "_vocab_split",
     # which collective runs when
     "Schedule": "_schedule",
     # the collectives, for a bandwidth probe
