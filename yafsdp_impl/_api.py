@@ -59,9 +59,9 @@ class YaFSDP:
             staging of half a layer: one more reduce-scatter per layer), "split_vocab" (the
             first unit, an nn.Embedding, and the last, an nn.Linear onto the vocabulary, each
             split in place into two units of half the vocabulary, the buffers alternating
-            as in "alternating": sized by the largest of a layer and half an end; one more
-            gather and reduce-scatter per end; state dicts keep the original names and
-            shapes); see `plan_buffers`.
+            as in "alternating": sized by the largest of a layer and half an end; more
+            collectives, see `_plan`; state dicts keep the original names and shapes);
+            see `plan_buffers`.
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.

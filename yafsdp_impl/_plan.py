@@ -18,8 +18,11 @@ reduce-scattered in two pieces (one more reduce-scatter per layer), for half a l
 reduce-dtype bytes less. A mode for memory pressure.
 `split_vocab`: `alternating` over a layout whose ends were split into vocabulary halves
 (`split_vocab_units`: the engine splits them when this plan is named), so the buffers are
-sized by the largest of a layer and half an end: one more all-gather and reduce-scatter
-per end and step, two lookups and two GEMMs of half width. Another mode for pressure.
+sized by the largest of a layer and half an end. Two lookups and two GEMMs of half width;
+two more reduce-scatters a step (one per end) and four more all-gathers: the second
+embedding half in forward and backward, the second output half, and the last layer, no
+longer among the two units kept gathered into backward (one layer's bytes more a step).
+Another mode for memory pressure.
 
 `min_bytes` is the plan of `alternating`, `lean_alternating` and `ends_shared` that holds
 the fewest bytes (none of them adds a collective per layer). Without a memory budget it is

@@ -15,9 +15,11 @@ from harness.plan.calibrate.calibration import Calibration
 if TYPE_CHECKING:
     from harness.plan.planner import PlanRow
 
-# The plan holding the fewest bytes the engine can run, where the model has a layer.
+# The plan holding the fewest bytes of those that keep the ends whole, where the model has
+# a layer; `split_vocab` (the ends split into vocabulary halves) is priced by name beside it.
 SMALLEST_PLAN = "half_staging"
-NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", SMALLEST_PLAN)
+NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", SMALLEST_PLAN,
+               "split_vocab")  # fmt: skip
 
 
 @dataclass(frozen=True)
