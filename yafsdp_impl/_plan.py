@@ -175,8 +175,9 @@ class PlanChoice:
     budget_bytes: int | None
     plan_bytes: int  # the engine's memory with the plan (see `engine_bytes`)
     rejected_bytes: int | None
-    # the plan holding the fewest bytes the engine can run (`half_staging`, where there is a
-    # layer), and the engine's memory with it: what the chosen plan spends beyond need
+    # the plan holding the fewest bytes the engine can run with its ends whole
+    # (`half_staging`, where there is a layer; on a split layout, the plan itself), and the
+    # engine's memory with it: what the chosen plan spends beyond need
     smallest: BufferPlan | None = None
     smallest_bytes: int | None = None
 
