@@ -118,6 +118,12 @@ def split_vocab_units(units: Sequence[nn.Module]) -> list[nn.Module]:
             f"buffer_plan='split_vocab': the last unit's nn.Linear has {out.out_features} "
             f"outputs, not the embedding's vocabulary of {emb.num_embeddings}"
         )
+    if out.weight is emb.weight:
+        raise ValueError(
+            "the embedding and the output projection share one weight: YaFSDP shards each "
+            "unit on its own and cannot hold one weight in two places; untie the weights "
+            "before wrapping"
+        )
     emb_halves = _split_embedding(emb)
     out_halves = _halves(out, out.out_features, LinearHalf)
     return [*emb_halves, *units[1:-1], *out_halves]

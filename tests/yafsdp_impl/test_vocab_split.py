@@ -1,6 +1,7 @@
-"""buffer_plan="split_vocab" beyond the mechanism suite: an odd vocabulary (uneven halves), a
-padding row in the high half, a checkpointed embedding, the state dicts' names and shapes,
-and the models it refuses, naming why."""
+"""buffer_plan="split_vocab": the mechanism suite's two models at P = 1-4 against their
+unsharded reference (`test_engine_parity`'s suite), then an odd vocabulary (uneven halves),
+a padding row in the high half, a checkpointed embedding, the state dicts' names and
+shapes, and the models it refuses, naming why."""
 
 from __future__ import annotations
 
@@ -13,12 +14,55 @@ from torch import nn
 from tests.distributed import run_on_ranks
 from tests.yafsdp_impl.models import GPT, batch, loss_of
 from tests.yafsdp_impl.scenarios import EPS
+from tests.yafsdp_impl.test_engine_parity import (
+    FP32,
+    assert_dicts_close,
+    assert_rel_close,
+    count,
+    models,
+    params,
+    reference,
+    suite,
+)
 from yafsdp_impl import YaFSDP, split_vocab_units
 
 ODD_VOCAB = 97  # halves of 49 and 48 rows
 PADDING = 60  # a row of the high half: its gradient stays exactly zero
 STEPS = 2
 LR = 1e-3
+
+
+@params
+@models
+def test_split_vocab_buffer_plan_matches_reference(ws: int, name: str) -> None:
+    """The embedding and the output projection each split into two vocabulary halves, each
+    a unit, the buffers alternating two of the largest of a layer and half an end: two more
+    units, so a step makes 2U - 2 unit gathers (U counting the halves) and the norm one, and
+    every half is reduce-scattered; losses, gradients keyed by the original names and
+    shapes, clip norms, weights after three steps and accumulation all match the reference,
+    and every rank's log is the same."""
+    ref = reference(name, ws)
+    runs = [r[name]["split_vocab"] for r in suite(ws)]
+    whole = [r[name]["half_staging"] for r in suite(ws)][0]
+    for rank, r in enumerate(runs):
+        n = len(r["plan"].buffer_of)
+        assert n == len(whole["plan"].buffer_of) + 2
+        assert r["plan"].buffer_of == tuple(i % 2 for i in range(n))
+        assert r["plan"].buffer_numel[0] == max(r["padded"])
+        if name == "llama":  # its ends outsize a layer: the halves shrink the buffers
+            assert max(r["padded"]) < max(whole["padded"])
+        torch.testing.assert_close(r["losses"], [step[rank] for step in ref["losses"]], **FP32)
+        torch.testing.assert_close(r["norms"], ref["norms"], rtol=1e-6, atol=0)
+        assert_rel_close(r["final"], ref["final"], 1e-5)
+        assert {k: v.shape for k, v in r["final"].items()} == {
+            k: v.shape for k, v in ref["final"].items()
+        }
+        assert r["logs"] == runs[0]["logs"]
+        for log in r["logs"]:
+            assert count(log, "all_gather") == 2 * n - 2 + 1
+            assert count(log, "reduce_scatter") >= n + 1
+    assert_dicts_close(runs[0]["grads1"], ref["grads1"], **FP32)
+    assert_dicts_close(runs[0]["accum_grads"], ref["grads1"], **FP32)
 
 
 def odd_gpt(seed: int = 0) -> GPT:
@@ -60,7 +104,7 @@ def sharded(rank: int, world_size: int) -> dict:
 
 
 @functools.cache
-def reference(world_size: int) -> dict:
+def odd_reference(world_size: int) -> dict:
     """The unsharded model on every rank's batch, AdamW on the mean loss."""
     model = odd_gpt()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -88,7 +132,7 @@ def test_odd_vocabulary_splits_unevenly_and_matches_reference(ws: int) -> None:
     """97 rows: halves of 49 and 48, the padding row's gradient exactly zero, the embedding
     checkpointed; losses, gradients and weights after two steps match the unsharded model,
     and the full state dict (and the optimizer's) keeps the original names and shapes."""
-    ref = reference(ws)
+    ref = odd_reference(ws)
     runs = run_on_ranks(sharded, ws, start_method="fork")
     for rank, r in enumerate(runs):
         assert r["rows"][:2] == [49, 48] and r["rows"][-2:] == [49, 48]
@@ -118,3 +162,7 @@ def test_refuses_ends_it_cannot_split() -> None:
         split_vocab_units([model.wte, *model.blocks, model.head])
     with pytest.raises(ValueError, match="at least three units"):
         split_vocab_units([model.wte, model.head])
+    model.head = nn.Linear(64, 96, bias=False)
+    model.head.weight = model.wte.weight
+    with pytest.raises(ValueError, match="share one weight.*untie"):
+        split_vocab_units([model.wte, *model.blocks, model.head])
