@@ -19,12 +19,11 @@ if TYPE_CHECKING:
     from yafsdp_impl._buffers import Buffers
     from yafsdp_impl._collectives import all_gather, has_native_reduce_scatter, reduce_scatter
     from yafsdp_impl._layout import Layout, build_layout, is_norm
-    from yafsdp_impl._plan import SPLIT_PLANS, BufferPlan, PlanChoice, plan_buffers
+    from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
     from yafsdp_impl._schedule import Schedule
     from yafsdp_impl._vocab_split import split_vocab_units
 
 __all__ = [
-    "SPLIT_PLANS",
     "BufferPlan",
     "Buffers",
     "Layout",
@@ -40,6 +39,7 @@ __all__ = [
     "plan_buffers",
     "reduce_scatter",
     "split_vocab_units",
+    "splits_vocab",
 ]
 
 _HOMES = {
@@ -55,7 +55,7 @@ _HOMES = {
     "BufferPlan": "_plan",
     "PlanChoice": "_plan",
     "plan_buffers": "_plan",
-    "SPLIT_PLANS": "_plan",
+    "splits_vocab": "_plan",
     "Buffers": "_buffers",
     # the split_vocab plan's units: the ends cut into vocabulary halves
     "split_vocab_units": "_vocab_split",

@@ -15,7 +15,7 @@ from yafsdp_impl import _collectives, _state_dict
 from yafsdp_impl._buffers import Buffers, bind_views
 from yafsdp_impl._hooks import hook_schedule
 from yafsdp_impl._layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl._plan import SPLIT_PLANS, BufferPlan, PlanChoice, plan_buffers
+from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
 from yafsdp_impl._schedule import Schedule
 from yafsdp_impl._vocab_split import split_vocab_units
 from yafsdp_impl.annotation_names import COLLECTIVES
@@ -96,7 +96,7 @@ class YaFSDP:
         # Read before a vocabulary split moves the ends' weights into halves.
         values = _initial_values(module, init_fn, self.device)
         ckpt = _checkpointed_units(units, ckpt_units)
-        if buffer_plan in SPLIT_PLANS:
+        if splits_vocab(buffer_plan):
             units, ckpt = _split_ends(units, ckpt)
 
         # Which parameter lives where, and the buffers that hold the unsharded units.

@@ -52,6 +52,12 @@ PLANS = (
 SPLIT_PLANS = ("split_vocab",)
 
 
+def splits_vocab(buffer_plan: str) -> bool:
+    """Whether `buffer_plan` runs on units whose ends are split into vocabulary halves
+    (`split_vocab_units`): the engine splits them, and a planner must lay them out so."""
+    return buffer_plan in SPLIT_PLANS
+
+
 @dataclass(frozen=True, slots=True)
 class BufferPlan:
     name: str

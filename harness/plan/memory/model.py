@@ -182,9 +182,9 @@ def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
 
 
 def _splits_vocab(case: MemoryCase) -> bool:
-    from yafsdp_impl import SPLIT_PLANS
+    from yafsdp_impl import splits_vocab
 
-    return case.engine.startswith("yafsdp") and case.buffer_plan in SPLIT_PLANS
+    return case.engine.startswith("yafsdp") and splits_vocab(case.buffer_plan)
 
 
 def _numel(dims: tuple[int, ...]) -> int:

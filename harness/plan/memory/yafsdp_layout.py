@@ -40,9 +40,9 @@ def yafsdp_layout(
     import torch
 
     from harness.dtypes import DTYPES
-    from yafsdp_impl import SPLIT_PLANS, Buffers, build_layout, plan_buffers
+    from yafsdp_impl import Buffers, build_layout, plan_buffers, splits_vocab
 
-    m, units = _meta_model(model, buffer_plan in SPLIT_PLANS)
+    m, units = _meta_model(model, splits_vocab(buffer_plan))
     layout = build_layout(m, units, world_size)
     p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
     choice = plan_buffers(layout, buffer_plan, budget_bytes, param_bytes=p, reduce_bytes=r,

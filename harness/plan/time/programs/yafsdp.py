@@ -188,12 +188,12 @@ def yafsdp_program(
     budget_bytes: int | None = None, buffer_plan: str = "auto",
 ) -> list[Op]:  # fmt: skip
     """`costs` are per unit: with a split plan, `vocab_split_costs`'s."""
-    from yafsdp_impl import SPLIT_PLANS
+    from yafsdp_impl import splits_vocab
 
     events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, buffer_plan,
                       budget_bytes)  # fmt: skip
     prog = Program(ctx)
-    split = buffer_plan in SPLIT_PLANS
+    split = splits_vocab(buffer_plan)
     names = (split_part_names if split else part_names)(len(costs.forward) - 2 - 2 * split)
     collectives: list[str] = []
     waiting: list[str] = []  # collectives the compute stream must wait for next
