@@ -28,8 +28,8 @@ Another mode for memory pressure.
 the fewest bytes (none of them adds a collective per layer). Without a memory budget it is
 chosen. With one (`choose_for_budget`), `separate_ends` where the engine's memory with it
 fits the budget, else `min_bytes`; `half_staging` and `split_vocab` only when asked for by
-name. `plan_buffers` is the
-one entry point: the engine and a planner that predicts the engine's memory both call it.
+name. `plan_buffers` is the one entry point: the engine and a planner that predicts the
+engine's memory both call it.
 """
 
 from __future__ import annotations
