@@ -144,7 +144,7 @@ def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
             assert session.ctx.memory_budget_bytes == int(budget_gb * 2**30)
             plan = session.settings["buffer_plan"]
             assert want in plan and "budget" in plan and "over " in plan
-            assert not plan.startswith("half_staging")
+            assert not plan.startswith(("half_staging", "split_vocab"))  # only by name
             seen[want] = plan
     assert len(seen) == 2
 
