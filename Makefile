@@ -8,6 +8,8 @@ DEMO_REPORT ?= $(DEMO_SWEEP)/report
 SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
+# pytest-xdist workers for `make test` and `make test-fast` (tests/conftest.py says why 2).
+TEST_WORKERS ?= 2
 
 .PHONY: install install-torch demo sample-report notebooks test test-fast bench lint check clean gpu-wheels gpu-check
 
@@ -73,11 +75,11 @@ notebooks: install
 # Everything (CI): unit tests, the multi-process end-to-end runs (@pytest.mark.slow), the
 # notebooks; the names of the slowest tests at the end.
 test: install
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The unit tests alone: no test marked slow (those start ranks or whole sweeps).
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" --durations=10
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --durations=10
 
 # Each benchmark prints its result as it finishes (tests/bench/conftest.py).
 bench: install

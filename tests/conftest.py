@@ -1,6 +1,11 @@
 """Every test that starts processes is `slow` (`make test-fast` leaves them out; `make test`
 and CI run everything).
 
+`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most of its time
+is spent waiting (on SLURM, on timeouts, on processes starting), which the other worker's
+tests fill. Each test is grouped with its module, so a module's fixtures are built once; the
+tests that share the session's CPU jobs, or the one local SLURM node, each run in one worker.
+
 A test is marked when it uses a fixture that starts processes (named below, or one whose
 body does as a test's would), or when its body, or a function of its own module that it
 calls (followed two calls deep), calls a helper that starts processes: ranks
@@ -55,6 +60,8 @@ def starts_processes(fn: object, module: ModuleType | None, depth: int = 2) -> b
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if isinstance(item, pytest.Function):
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
         if not isinstance(item, pytest.Function) or item.get_closest_marker("slow"):
             continue
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -64,6 +71,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or any(_fixture_starts_processes(item, name) for name in fixtures)
         ):
             item.add_marker(pytest.mark.slow)
+
+
+def _worker_group(item: pytest.Function) -> str:
+    """The xdist group a test runs in: what it shares with other tests, else its module."""
+    if item.get_closest_marker("slurm"):
+        return "slurm"  # one 2-CPU node: two workers' jobs would queue behind each other
+    if "cpu_jobs" in getattr(item, "fixturenames", ()):
+        return "cpu_jobs"  # a session fixture, built once per worker that asks for it
+    return item.module.__name__ if item.module is not None else item.nodeid
 
 
 def _fixture_starts_processes(item: pytest.Function, name: str) -> bool:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from yafsdp_impl._layout import Layout, build_layout, is_norm
     from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
     from yafsdp_impl._schedule import Schedule
-    from yafsdp_impl._vocab_split import split_vocab_units
+    from yafsdp_impl._vocab_split import split_unit_names, split_vocab_units
 
 __all__ = [
     "BufferPlan",
@@ -38,6 +38,7 @@ __all__ = [
     "is_norm",
     "plan_buffers",
     "reduce_scatter",
+    "split_unit_names",
     "split_vocab_units",
     "splits_vocab",
 ]
@@ -58,6 +59,7 @@ _HOMES = {
     "splits_vocab": "_plan",
     "Buffers": "_buffers",
     # the split_vocab plan's units: the ends cut into vocabulary halves
+    "split_unit_names": "_vocab_split",
     "split_vocab_units": "_vocab_split",
     # which collective runs when
     "Schedule": "_schedule",

@@ -17,7 +17,7 @@ from yafsdp_impl._hooks import hook_schedule
 from yafsdp_impl._layout import build_layout, copy_into_shard, frozen_param
 from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
 from yafsdp_impl._schedule import Schedule
-from yafsdp_impl._vocab_split import split_vocab_units
+from yafsdp_impl._vocab_split import split_unit_names, split_vocab_units
 from yafsdp_impl.annotation_names import COLLECTIVES
 
 
@@ -65,6 +65,8 @@ class YaFSDP:
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
+        unit_names: what the profiler ranges call each unit (`yafsdp.all_gather.layers.3`);
+            default: its module path in `module`, as FSDP2 names its ranges.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class YaFSDP:
         init_fn: Callable[[str, torch.Size], torch.Tensor] | None = None,
         buffer_plan: str = "auto",
         memory_budget_bytes: int | None = None,
+        unit_names: Sequence[str] | None = None,
     ) -> None:
         units = list(units)
         _check_arguments(units, grad_accum_steps)
@@ -96,11 +99,13 @@ class YaFSDP:
         # Read before a vocabulary split moves the ends' weights into halves.
         values = _initial_values(module, init_fn, self.device)
         ckpt = _checkpointed_units(units, ckpt_units)
+        given = list(unit_names) if unit_names is not None else None
         if splits_vocab(buffer_plan):
             units, ckpt = _split_ends(units, ckpt)
+            given = split_unit_names(given) if given is not None else None
 
         # Which parameter lives where, and the buffers that hold the unsharded units.
-        self.layout = build_layout(module, units, self.world_size)
+        self.layout = build_layout(module, units, self.world_size, given)
         self.plan_choice: PlanChoice = plan_buffers(
             self.layout, buffer_plan, memory_budget_bytes,
             param_bytes=param_dtype.itemsize, reduce_bytes=reduce_dtype.itemsize,

@@ -97,8 +97,27 @@ def _padded(numel: int, world_size: int) -> int:
     return max(world_size, -(-numel // world_size) * world_size)
 
 
-def build_layout(root: nn.Module, units: list[nn.Module], world_size: int) -> Layout:
-    """Assign every trainable parameter to a unit or to the resident unit; refuse ties."""
+def unit_paths(root: nn.Module, units: list[nn.Module], given: list[str] | None) -> list[str]:
+    """Each unit's name: `given` (checked), else its module path in `root` ('layers.3'),
+    else (the root itself, a path the range names cannot hold) `unit<N>`."""
+    if given is not None:
+        if len(given) != len(units) or len(set(given)) != len(given):
+            raise ValueError(f"unit_names must name each of the {len(units)} units once: {given}")
+        bad = [n for n in given if not names.is_unit_name(n)]
+        if bad:
+            raise ValueError(f"unit names {bad} are not dotted module paths, or are reserved "
+                             f"({', '.join(names.RESERVED)})")  # fmt: skip
+        return list(given)
+    path = {id(m): n for n, m in root.named_modules()}
+    found = [path.get(id(u), "") for u in units]
+    return [n if names.is_unit_name(n) else names.unit_name(i) for i, n in enumerate(found)]
+
+
+def build_layout(
+    root: nn.Module, units: list[nn.Module], world_size: int, unit_names: list[str] | None = None
+) -> Layout:
+    """Assign every trainable parameter to a unit or to the resident unit; refuse ties.
+    Units are named `unit_names`, else by their module paths (`unit_paths`)."""
     unit_of: dict[int, int] = {}
     for i, unit in enumerate(units):
         for m in unit.modules():
@@ -143,10 +162,11 @@ def build_layout(root: nn.Module, units: list[nn.Module], world_size: int) -> La
 
     layouts = []
     master_offset = 0
+    unit_names = unit_paths(root, units, unit_names)
     for i, unit_slots in enumerate(slots):
         numel = sum(s.numel for s in unit_slots)
         padded = _padded(numel, world_size)
-        lay = UnitLayout(i, names.unit_name(i), unit_slots, numel, padded, world_size)
+        lay = UnitLayout(i, unit_names[i], unit_slots, numel, padded, world_size)
         lay.master_offset = master_offset
         master_offset += lay.shard_numel
         layouts.append(lay)

@@ -118,8 +118,9 @@ class Schedule(ReduceScatters, Clipping):
         if i + 1 < len(self.layout.units):
             self._gather(i + 1)
         self._wait_weights(i)
-        self.log.append(("forward", names.unit_name(i)))
-        self._open_range(names.forward(i))
+        unit = self.layout.units[i].name
+        self.log.append(("forward", unit))
+        self._open_range(names.forward(unit))
 
     def close_range(self) -> None:
         if self._range is not None:
@@ -133,7 +134,8 @@ class Schedule(ReduceScatters, Clipping):
             self.phase = Phase.BACKWARD
             self.at_backward_end(self.end_backward)
         self.close_range()
-        self.log.append(("backward", names.unit_name(i)))
+        unit = self.layout.units[i].name
+        self.log.append(("backward", unit))
         if i > 0:
             self._gather(i - 1)
         k = self.buffers.buffer_of[i]
@@ -146,7 +148,7 @@ class Schedule(ReduceScatters, Clipping):
         self._wait_weights(i)
         self._detach_grads(i)  # the first gradient of each weight is copied in, not added
         self.grads_waiting.add(i)
-        self._open_range(names.backward(i))
+        self._open_range(names.backward(unit))
 
     def end_backward(self) -> None:
         self.close_range()

@@ -104,6 +104,13 @@ def _halves(module: nn.Module, vocab: int, make) -> tuple[VocabHalf, VocabHalf]:
     return low, high
 
 
+def split_unit_names(names: Sequence[str]) -> list[str]:
+    """The units' names after `split_vocab_units`: each end's two halves are named by their
+    module paths under it ('tok_embeddings.vocab_lo', 'tok_embeddings.vocab_hi')."""
+    first, *middle, last = names
+    return [f"{first}.{LOW}", f"{first}.{HIGH}", *middle, f"{last}.{LOW}", f"{last}.{HIGH}"]
+
+
 def split_vocab_units(units: Sequence[nn.Module]) -> list[nn.Module]:
     """Split the first unit (an nn.Embedding) and the last (an nn.Linear whose outputs are
     the vocabulary) into vocabulary halves, in place; return the units with each end

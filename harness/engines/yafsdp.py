@@ -35,10 +35,13 @@ class YaFSDPEngine:
         parts = decoder_parts(model)
         units = [parts.embed, *parts.layers, parts.head]
         names = {module: name for name, module in model.named_modules()}
-        unit_names = [names[m] for m in units]
+        # The ranges name each unit by its path in the unwrapped model ('layers.3'), as
+        # FSDP2's do and the trace tools and the planner show it.
+        unit_names = [canonical_module_name(names[m]) for m in units]
         engine = YaFSDP(
             model,
             units,
+            unit_names=unit_names,
             param_dtype=ctx.param_dtype,
             reduce_dtype=ctx.reduce_dtype,
             grad_accum_steps=ctx.grad_accum,
@@ -59,7 +62,7 @@ class YaFSDPEngine:
             after_step=prefetch_and_wait if self.prefetch_next_step else lambda: None,
             memory_breakdown=engine.memory_report,
             settings={
-                "units": [canonical_module_name(n) for n in unit_names],
+                "units": [unit.name for unit in engine.layout.units],  # split_vocab's halves
                 "resident_unit": "norm weights (by type) and parameters outside every unit",
                 "param_dtype": dtype_name(ctx.param_dtype),
                 "reduce_dtype": dtype_name(ctx.reduce_dtype),

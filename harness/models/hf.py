@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from harness.models.presets import HF_CONFIG_PREFIX, ModelShape, config_path, get_shape
+from harness.models.unit_names import HF
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 ATTENTION = "sdpa"
-# Where the harness finds the parts every engine shards, as Llama-style HF models name them.
-EMBED, LAYERS, NORM, HEAD = "model.embed_tokens", "model.layers", "model.norm", "lm_head"
+# Where the harness finds the parts every engine shards, as Llama-style HF models name them
+# (the units' paths, which name them in every trace and plan, are `unit_names.HF`).
+EMBED, LAYERS, HEAD = HF
+NORM = "model.norm"
 INSTALL_HINT = "pip install 'transformers>=4.48,<6'"
 
 

@@ -367,11 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     if warning:  # the first line a reader sees (stderr beside JSON, which must parse)
         print(warning, file=sys.stderr if as_json else sys.stdout)
     if as_cycle and not as_json:
-        from harness.plan.time.cycle import format_cycle
-
-        for r in dicts:
-            label = f"{r['engine']} {point_words(r)}"
-            print(format_cycle(label, r.get("cycle")))
+        print("\n".join(format_cycles(dicts)))
         return 0
     if as_json:
         print(json.dumps(dicts, indent=1))
@@ -383,3 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print_plan(dicts, brief, measured)
     return 0
+
+
+def format_cycles(dicts: list[dict]) -> list[str]:
+    """What `--cycle` prints: each row's steady-state backward cycle, labelled by its point."""
+    from harness.plan.time.cycle import format_cycle
+
+    return [format_cycle(f"{r['engine']} {point_words(r)}", r.get("cycle")) for r in dicts]

@@ -50,7 +50,7 @@ def maybe_inject(fault: FaultConfig, *, rank: int, step: int, device: Any = None
 
 
 def in_range(name: str, where: str) -> bool:
-    """Whether range `name` is one of `where`'s: itself, a unit's ('yafsdp.forward.unit3')
+    """Whether range `name` is one of `where`'s: itself, a unit's ('yafsdp.forward.layers.3')
     or a module's ('FSDP::all_gather (layers.0)')."""
     return name == where or name.startswith((where + ".", where + " ("))
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.models.unit_names import shown
 from harness.trace.diagnose import attribute_cli, path_cli
+from harness.trace.jobs import job_units_of
 from harness.trace.parse import TraceError
 from harness.trace.summary import summarize_job, summarize_trace
 from harness.trace.timeline import plot_timeline
@@ -54,7 +56,9 @@ def summarize(args: argparse.Namespace) -> int:
         f"idle {s['idle_s_per_step'] * 1e3:.3f} ms"
     )
     if args.units and result["units"]:
-        print("\n" + _table(result["units"]))
+        units = job_units_of(target) if target.is_dir() else None  # an old trace's unit<N>
+        rows = [{**row, "unit": shown(str(row["unit"]), units)} for row in result["units"]]
+        print("\n" + _table(rows))
     return 0
 
 

@@ -39,8 +39,9 @@ from harness.trace.summary import (
     summarize_trace,
 )
 
-# Bump whenever a change to parsing, classification or overlap alters any summary.
-ANALYSIS_VERSION = 4
+# Bump whenever a change to parsing, classification or overlap alters any summary (5: a
+# yafsdp unit is its range's name as written, 'unit3' or 'layers.3', not '3').
+ANALYSIS_VERSION = 5
 
 
 CACHE_DIR = "trace_cache"  # a job's summaries, beside its traces/ folder

@@ -25,7 +25,10 @@ _FSDP1 = re.compile(r"^FullyShardedDataParallel\.(?P<kind>[A-Za-z_]+)$")
 
 
 def fsdp1(name: str) -> tuple[str, str] | None:
-    """(kind, '') of an FSDP1 range: FSDP1's names carry no unit."""
+    """(kind, '') of an FSDP1 range: FSDP1's names carry no unit. Nor is one numbered by
+    order here: the root's `FullyShardedDataParallel.forward` holds every unit's, and a
+    unit's range issues the next unit's prefetched gather, so the n-th range is not
+    reliably the n-th unit (`unit_names` would put a wrong module path on it)."""
     m = _FSDP1.match(name)
     return (m.group("kind"), "") if m else None
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.jobdir.paths import JobDir
 from harness.jobdir.result import CorruptResultError, Result, read_result
+from harness.models.unit_names import job_units
 from harness.trace import cache
 from harness.trace.diagnose import traced
 from harness.trace.diagnose.attribute import StepAttribution, attribute_loaded
@@ -37,6 +38,15 @@ def read_job_result(job_dir: Path | str) -> Result:
         return read_result(JobDir(job_dir).result)
     except (CorruptResultError, FileNotFoundError) as e:
         raise WhyError(f"{job_dir}: no readable result.json ({e})") from e
+
+
+def job_units_of(job_dir: Path | str) -> list[str] | None:
+    """The job's units in execution order as its engine recorded them (result.json's
+    `engine_settings.units`), None where it has none or no readable result."""
+    try:
+        return job_units(read_result(JobDir(job_dir).result).engine_settings)
+    except (CorruptResultError, OSError):
+        return None
 
 
 def job_probe(job_dir: Path | str) -> dict[str, Any] | None:

@@ -220,8 +220,9 @@ def _grammars() -> tuple[Callable[[str], tuple[str, str] | None], ...]:
 
 def parse_unit_annotation(name: str) -> tuple[str, str] | None:
     """(kind, unit) of an engine annotation, by the first registered engine's grammar that
-    reads it: 'yafsdp.all_gather.unit3' -> ('all_gather', '3'), 'yafsdp.all_reduce.clip' ->
-    ('all_reduce', 'clip'); FSDP1 names carry no unit ('')."""
+    reads it: 'yafsdp.all_gather.layers.3' -> ('all_gather', 'layers.3'), 'FSDP::all_gather
+    (layers.3)' -> ('all_gather', 'layers.3'), 'yafsdp.all_reduce.clip' -> ('all_reduce',
+    'clip'); FSDP1 names carry no unit ('')."""
     for grammar in _grammars():
         found = grammar(name)
         if found is not None:

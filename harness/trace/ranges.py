@@ -4,7 +4,7 @@ model's, or the optimizer's; and the innermost such range around any time on a t
 A range's role comes from its name alone, by the engines' own grammars
 (`parse_unit_annotation`) and namespaces, and torch's own optimizer ranges
 (`Optimizer.step#AdamW.step`, `Optimizer.zero_grad#...`). The engine's unit ranges of the
-model's own compute (`yafsdp.forward.unit3`, FSDP1's `FullyShardedDataParallel.forward`) are
+model's own compute (`yafsdp.forward.layers.3`, FSDP1's `FullyShardedDataParallel.forward`) are
 the model's: what the engine itself adds runs in its other ranges. No torch.
 """
 
@@ -24,7 +24,9 @@ ENGINE, MODEL, OPTIMIZER = "engine", "model", "optimizer"
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
 # the namespaces the engines name every range of their own in
 _ENGINE_NAMESPACES = (f"{yafsdp_names.PREFIX}.", "FSDP::", "FullyShardedDataParallel.")
-_YAFSDP_WAIT = re.compile(rf"^{yafsdp_names.PREFIX}\.wait\.(?P<kind>[a-z_]+)\.(?P<unit>\w+)$")
+_YAFSDP_WAIT = re.compile(
+    rf"^{yafsdp_names.PREFIX}\.wait\.(?P<kind>[a-z_]+)\.(?P<unit>{yafsdp_names.UNIT})$"
+)
 _MODEL_KINDS = ("forward", "backward")
 
 
@@ -44,9 +46,7 @@ def range_role(name: str) -> Role | None:
         return Role(MODEL if kind in _MODEL_KINDS else ENGINE, kind, label)
     wait = _YAFSDP_WAIT.match(name)
     if wait is not None:
-        unit_label = wait.group("unit")
-        unit_label = unit_label.removeprefix("unit") if unit_label[4:].isdigit() else unit_label
-        return Role(ENGINE, wait.group("kind"), unit_label)
+        return Role(ENGINE, wait.group("kind"), wait.group("unit"))
     if name.startswith(_ENGINE_NAMESPACES):
         return Role(ENGINE, "", "")
     return None

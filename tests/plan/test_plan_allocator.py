@@ -11,14 +11,14 @@ from harness.plan.memory.allocator import estimate_allocator, run_pools, stream_
 # forward holds activations and one gathered unit; backward's end holds the fp32 gradient
 # copy on the post-backward stream.
 MOMENTS = {
-    "forward: block 0": {"activations_plain": 10, "unsharded_weights": 2, "overhead": 1},
-    "backward: block 0 reduce": {"activations_plain": 2, "unsharded_weights": 2,
+    "forward: layers.0": {"activations_plain": 10, "unsharded_weights": 2, "overhead": 1},
+    "backward: layers.0 reduce": {"activations_plain": 2, "unsharded_weights": 2,
                                  "staging": 8, "overhead": 1},
 }  # fmt: skip
 
 
 def test_fsdp1_allocates_on_three_streams_and_overhead_in_none() -> None:
-    demand = stream_demand(MOMENTS["backward: block 0 reduce"], "fsdp1")
+    demand = stream_demand(MOMENTS["backward: layers.0 reduce"], "fsdp1")
     assert demand == {"compute": 2, "unshard": 2, "post_backward": 8}
 
 
@@ -45,7 +45,7 @@ def test_pools_past_the_device_retry_twice_a_step() -> None:
     got = estimate_allocator(MOMENTS, "fsdp1", 16)
     assert got is not None and got.fits
     assert got.retries_per_step == 2
-    assert got.retry_moments == ("forward: block 0", "backward: block 0 reduce")
+    assert got.retry_moments == ("forward: layers.0", "backward: layers.0 reduce")
     assert got.reserved_bytes <= 16
 
 
@@ -62,7 +62,7 @@ def test_an_allocated_peak_past_the_device_does_not_fit() -> None:
 def test_the_first_step_alone_would_undercount() -> None:
     demands = [(n, stream_demand(m, "fsdp1")) for n, m in MOMENTS.items()]
     _, steady = run_pools(demands, 15)
-    assert steady == ["forward: block 0", "backward: block 0 reduce"]
+    assert steady == ["forward: layers.0", "backward: layers.0 reduce"]
 
 
 def test_fsdp2_reserves_its_gather_copy_in_and_reduce_scatter_pools() -> None:
@@ -114,12 +114,12 @@ def test_the_plan_row_flags_retries_between_allocated_and_reserved(engine: str) 
 def test_moments_map_onto_fsdp1_program_labels() -> None:
     from harness.plan.time.retry_syncs import program_label
 
-    assert program_label("forward: block 3") == "forward.block 3"
+    assert program_label("forward: layers.3") == "forward.layers.3"
     assert program_label("forward: loss") == "forward.output"
     assert program_label("backward: projection") == "backward.output"
-    assert program_label("backward: block 7 reduce") == "grads_done.block 7"
+    assert program_label("backward: layers.7 reduce") == "grads_done.layers.7"
     assert program_label("backward: output reduce") == "grads_done.output"
-    assert program_label("backward: embedding") == "backward.embedding"
+    assert program_label("backward: tok_embeddings") == "backward.tok_embeddings"
     assert program_label("after backward: all-reduce") is None
 
 
@@ -132,12 +132,12 @@ def test_a_retry_exposes_the_collective_in_flight() -> None:
     from harness.plan.time.simulate import COMM, COMPUTE, Op
 
     program = [
-        Op("1:reduce_scatter.block 2", COMM, 3.0, "comm"),
-        Op("2:backward.block 1", COMPUTE, 1.0, "compute"),
-        Op("3:backward.block 0", COMPUTE, 1.0, "compute"),
+        Op("1:reduce_scatter.layers.2", COMM, 3.0, "comm"),
+        Op("2:backward.layers.1", COMPUTE, 1.0, "compute"),
+        Op("3:backward.layers.0", COMPUTE, 1.0, "compute"),
     ]
-    synced = with_retry_syncs(program, ["backward: block 0"])
-    assert [op.name for op in synced][2] == "retry:3:backward.block 0"
-    assert synced[2].host_waits == ("2:backward.block 1", "1:reduce_scatter.block 2")
-    assert exposed_s(program, ["backward: block 0"]) == pytest.approx(1.0)
+    synced = with_retry_syncs(program, ["backward: layers.0"])
+    assert [op.name for op in synced][2] == "retry:3:backward.layers.0"
+    assert synced[2].host_waits == ("2:backward.layers.1", "1:reduce_scatter.layers.2")
+    assert exposed_s(program, ["backward: layers.0"]) == pytest.approx(1.0)
     assert exposed_s(program, []) == 0.0

@@ -19,13 +19,13 @@ MS = 1e-3
 
 def _program() -> list[Op]:
     blocks = [
-        Op(f"{i + 1}:backward.block {b}", COMPUTE, 10 * MS, "compute", unit=f"block {b}",
+        Op(f"{i + 1}:backward.layers.{b}", COMPUTE, 10 * MS, "compute", unit=f"layers.{b}",
            kernels=((10 * MS, 10.0),))
         for i, b in enumerate((2, 1, 0))
     ]  # fmt: skip
-    upcast = Op("4:upcast.block 2", SIDE, 1 * MS, "t", waits=(blocks[0].name,))
-    rs = Op("5:reduce_scatter.block 2", COMM, 4 * MS, "comm", waits=(upcast.name,),
-            unit="block 2", kind="reduce_scatter")  # fmt: skip
+    upcast = Op("4:upcast.layers.2", SIDE, 1 * MS, "t", waits=(blocks[0].name,))
+    rs = Op("5:reduce_scatter.layers.2", COMM, 4 * MS, "comm", waits=(upcast.name,),
+            unit="layers.2", kind="reduce_scatter")  # fmt: skip
     return [*blocks, upcast, rs]
 
 
@@ -34,7 +34,7 @@ def test_the_cycle_splits_the_idle_time_before_each_collective() -> None:
     rules = HandOut(priorities={COMPUTE: 0, SIDE: -1, COMM: -1})
     got = cycle(program, simulate(program, hand_out_rules=rules))
     assert got is not None
-    assert got["unit"] == "block 1"
+    assert got["unit"] == "layers.1"
     assert got["period_s"] == pytest.approx(10 * MS)
     assert got["compute_busy_s"] == pytest.approx(10 * MS)
     (rs,) = got["collectives"]
@@ -45,7 +45,7 @@ def test_the_cycle_splits_the_idle_time_before_each_collective() -> None:
     assert causes["chain kernels"] == pytest.approx(1 * MS)
     assert causes["slowest rank"] == 0
     assert causes["input not ready"] == pytest.approx(10 * MS)
-    assert "reduce_scatter of block 2 after upcast.block 2" in format_cycle("x", got)
+    assert "reduce_scatter of layers.2 after upcast.layers.2" in format_cycle("x", got)
 
 
 def test_the_give_way_detail_counts_the_units_that_waited() -> None:

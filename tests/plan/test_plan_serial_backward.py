@@ -98,11 +98,11 @@ def test_yafsdp_v1_pre_hook_order() -> None:
     costs = ModelCosts([part] * (BLOCKS + 2), [part] * (BLOCKS + 2))
     ops = ya_fsdp_v1_program(costs, [SIZE] * (BLOCKS + 2), _ctx("ya_fsdp_v1_grad_copy"))
     labels = [op.name.split(":", 1)[1] for op in ops if op.seconds > 0 or op.kind]
-    i = labels.index("backward.block 2")
+    i = labels.index("backward.layers.2")
     assert labels[i - 3 : i] == [
-        "grad_copy.block 4",
-        "reduce_scatter.block 4",
-        "all_gather.block 2",
+        "grad_copy.layers.4",
+        "reduce_scatter.layers.4",
+        "all_gather.layers.2",
     ]
     names = [op.name.split(":", 1)[1] for op in ops]
     last_rs = max(i for i, n in enumerate(names) if n.startswith("reduce_scatter."))

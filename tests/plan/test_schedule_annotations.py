@@ -62,15 +62,13 @@ def test_every_range_parses_to_what_the_schedule_issued(
                 if n.startswith(f"{names.PREFIX}.wait.reduce_scatter.")]  # fmt: skip
     assert shard_grads == [names.shard_grad(u) for u in rs_waits] and shard_grads
     collectives = [(k, u) for k, u in parsed if k in names.COLLECTIVES]  # type: ignore[misc]
-
-    def unit_of(unit: str) -> str:  # the log names a unit as the layout does
-        return names.unit_name(int(unit)) if unit.isdigit() else unit
-
     issued = [(op, unit) for op, unit in s.log if op in names.COLLECTIVES]
-    assert [(k, unit_of(u)) for k, u in collectives] == issued
+    assert collectives == issued  # the ranges and the log name a unit alike: its path
     assert ("all_gather", names.RESIDENT) in issued
     assert ("reduce_scatter", names.RESIDENT) in issued
     assert ("all_reduce", names.CLIP) in issued
     n = len(s.layout.units)
-    assert [u for k, u in parsed if k == "forward"] == [str(i) for i in range(n)] * grad_accum
+    paths = ["tok_embeddings", *(f"layers.{i}" for i in range(n - 2)), "output"]
+    assert [u.name for u in s.layout.units] == paths
+    assert [u for k, u in parsed if k == "forward"] == paths * grad_accum
     assert names.wait_in_flight() in waits

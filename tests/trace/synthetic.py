@@ -38,7 +38,7 @@ class Kernel(NamedTuple):
     name: str = COMPUTE_KERNEL
     launch: float | None = None  # CPU launch time; None: spaced before the step's kernels
     tid: int = CPU_TID  # the launching thread (AUTOGRAD_TID for backward)
-    annotation: str = ""  # an engine annotation around the launch, e.g. yafsdp.reduce_scatter.unit0
+    annotation: str = ""  # an engine range around the launch: yafsdp.reduce_scatter.layers.0
     nelems: int = 0  # an NCCL kernel's element count (float32), written as Kineto's args
 
 

@@ -48,13 +48,13 @@ def _step(inject: str = "", size: float = 0.0) -> list[Op]:
         buffer_free = ("f0",) if u == 1 else ()  # one weight buffer: unit 0 must be done
         ops.append(
             Range(
-                f"yafsdp.all_gather.unit{u}",
+                f"yafsdp.all_gather.layers.{u}",
                 [Launch(ALL_GATHER, COMM, ag, key=f"ag{u}", waits=buffer_free, nelems=N)],
             )
         )
         ops.append(
             Range(
-                f"yafsdp.forward.unit{u}",
+                f"yafsdp.forward.layers.{u}",
                 [
                     Launch(GEMM, COMPUTE, 150.0, waits=(f"ag{u}",)),
                     Launch(ELEMENTWISE, COMPUTE, 30.0, key=f"f{u}"),
@@ -70,7 +70,7 @@ def _step(inject: str = "", size: float = 0.0) -> list[Op]:
                 ops.append(Host("cudaMalloc", size, cat="cuda_runtime"))
         ops.append(
             Range(
-                f"yafsdp.backward.unit{u}",
+                f"yafsdp.backward.layers.{u}",
                 [Launch(GEMM, COMPUTE, 300.0), Launch(ELEMENTWISE, COMPUTE, 40.0, key=f"g{u}")],
             )
         )
@@ -78,7 +78,7 @@ def _step(inject: str = "", size: float = 0.0) -> list[Op]:
         casts = [Launch(CAST, SIDE, d, key=f"c{u}", waits=(f"g{u}",)) for d in chain]
         ops.append(
             Range(
-                f"yafsdp.reduce_scatter.unit{u}",
+                f"yafsdp.reduce_scatter.layers.{u}",
                 [
                     *casts,
                     Launch(REDUCE_SCATTER, COMM, 120.0, key=f"rs{u}", waits=(f"c{u}",), nelems=N),
@@ -153,12 +153,12 @@ def test_exposed_comm_equals_the_summary(tmp_path, inject):
 
 def test_units_of_engine_work_and_collectives(tmp_path):
     clean, injected = _attributed(tmp_path, "side_chain", 200.0)
-    assert set(injected.by_unit[C.ENGINE]) == {"0", "1"}
-    grown = injected.by_unit[C.ENGINE]["0"] - clean.by_unit[C.ENGINE]["0"]
+    assert set(injected.by_unit[C.ENGINE]) == {"layers.0", "layers.1"}
+    grown = injected.by_unit[C.ENGINE]["layers.0"] - clean.by_unit[C.ENGINE]["layers.0"]
     assert grown == pytest.approx(260e-6)  # the chain was unit 0's
     assert sum(injected.by_unit[C.ENGINE].values()) == pytest.approx(injected.causes[C.ENGINE])
     ag = injected.by_unit[C.COMM_ALL_GATHER]
-    assert set(ag) <= {"0", "1"} and sum(ag.values()) == pytest.approx(
+    assert set(ag) <= {"layers.0", "layers.1"} and sum(ag.values()) == pytest.approx(
         injected.causes[C.COMM_ALL_GATHER]
     )
 

@@ -22,13 +22,15 @@ from tests.trace.test_trace_attribute import N, _step
 @pytest.mark.parametrize(
     "name, role",
     [
-        ("yafsdp.all_gather.unit3", Role(ENGINE, "all_gather", "3")),
+        ("yafsdp.all_gather.layers.3", Role(ENGINE, "all_gather", "layers.3")),
+        ("yafsdp.all_gather.unit3", Role(ENGINE, "all_gather", "unit3")),  # an older trace's
         ("yafsdp.reduce_scatter.resident", Role(ENGINE, "reduce_scatter", "resident")),
-        ("yafsdp.wait.reduce_scatter.unit2", Role(ENGINE, "reduce_scatter", "2")),
+        ("yafsdp.wait.reduce_scatter.layers.2", Role(ENGINE, "reduce_scatter", "layers.2")),
+        ("yafsdp.wait.reduce_scatter.unit2", Role(ENGINE, "reduce_scatter", "unit2")),
         ("yafsdp.wait.in_flight", Role(ENGINE, "", "")),
-        ("yafsdp.shard_grad.unit2", Role(ENGINE, "", "")),
-        ("yafsdp.forward.unit0", Role(MODEL, "forward", "0")),
-        ("yafsdp.backward.unit5", Role(MODEL, "backward", "5")),
+        ("yafsdp.shard_grad.layers.2", Role(ENGINE, "", "")),
+        ("yafsdp.forward.tok_embeddings", Role(MODEL, "forward", "tok_embeddings")),
+        ("yafsdp.backward.layers.5", Role(MODEL, "backward", "layers.5")),
         ("FSDP::all_gather (layers.3)", Role(ENGINE, "all_gather", "layers.3")),
         ("FSDP::root_pre_forward", Role(ENGINE, "", "")),
         ("FullyShardedDataParallel.forward", Role(MODEL, "forward", "")),

@@ -62,8 +62,8 @@ def _random_step(rng: random.Random, step: int) -> list[Op]:
         elif r < 0.8:
             ops.append(Sync(rng.choice(["cudaDeviceSynchronize", "cudaStreamSynchronize"])))
         else:
-            name = rng.choice(["yafsdp.reduce_scatter.unit2", "yafsdp.all_gather.unit1",
-                               "Optimizer.step#AdamW.step", "yafsdp.forward.unit0"])  # fmt: skip
+            name = rng.choice(["yafsdp.reduce_scatter.layers.2", "yafsdp.all_gather.unit1",
+                               "Optimizer.step#AdamW.step", "yafsdp.forward.layers.0"])  # fmt: skip
             ops.append(Range(name, [launch() for _ in range(rng.randrange(1, 4))]))
     ops.append(Launch(OPTIMIZER_KERNEL, 7, 20.0))
     return ops

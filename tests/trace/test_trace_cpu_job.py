@@ -48,7 +48,8 @@ def test_blocking_collectives_do_not_overlap(cpu_jobs):
 def test_units_are_attributed_from_annotations(cpu_jobs):
     units = summarize_job(cpu_jobs["overlapped"])["units"]
     rs = {(u["rank"], u["unit"]) for u in units if u["kind"] == "reduce_scatter"}
-    assert rs == {(r, str(u)) for r in (0, 1) for u in range(6)}
+    # these jobs name units as traces before module paths did: as they are, no layout known
+    assert rs == {(r, f"unit{u}") for r in (0, 1) for u in range(6)}
     assert all(u["comm_s"] > 0 for u in units if u["kind"] == "reduce_scatter")
     assert all(u["comm_s"] == 0 for u in units if u["kind"] == "forward")
 

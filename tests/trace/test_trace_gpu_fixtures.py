@@ -32,14 +32,14 @@ def _today(path: Path) -> Path:
         t0 = step * 10_000.0
         for u in range(UNITS):
             fwd = t0 + 100 + 500 * u
-            ks.append(nccl(step, 20, fwd, 80, annotation=f"yafsdp.all_gather.unit{u}"))
+            ks.append(nccl(step, 20, fwd, 80, annotation=f"yafsdp.all_gather.layers.{u}"))
             ks.append(Kernel(step, 7, fwd + 60, 300))
         for u in reversed(range(UNITS)):
             bwd = t0 + 4000 + 800 * (UNITS - 1 - u)
             ks.append(Kernel(step, 7, bwd, 500, launch=bwd - 50, tid=AUTOGRAD_TID))
             ks.append(
                 nccl(step, 24, bwd + 300, 400, launch=bwd - 40, tid=AUTOGRAD_TID,
-                     annotation=f"yafsdp.reduce_scatter.unit{u}")
+                     annotation=f"yafsdp.reduce_scatter.layers.{u}")
             )  # fmt: skip
     return write_gpu_trace(path, ks, rank=0, world_size=2, gpu_step_copies=True)
 
@@ -85,7 +85,7 @@ def test_every_kernel_has_a_step_and_steps_are_the_cpu_spans(name, tmp_path):
 def test_backward_collectives_from_autograd_thread_are_attributed(today):
     units = pd.DataFrame(summarize_trace(today)["units"])
     rs = units[units["kind"] == "reduce_scatter"]
-    assert sorted(rs["unit"]) == [str(u) for u in range(UNITS)]
+    assert sorted(rs["unit"]) == [f"layers.{u}" for u in range(UNITS)]
     assert (rs["calls"] == 2).all()
     # every NCCL kernel is attributed: 2 steps x 3 units x (80 + 400) us
     assert units["comm_s"].sum() == pytest.approx(2 * UNITS * (80 + 400) * 1e-6)

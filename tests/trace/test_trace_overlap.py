@@ -190,8 +190,9 @@ def test_exposed_gaps_are_sorted_largest_first():
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("yafsdp.all_gather.unit12", ("all_gather", "12")),
-        ("yafsdp.reduce_scatter.unit0", ("reduce_scatter", "0")),
+        ("yafsdp.all_gather.layers.12", ("all_gather", "layers.12")),
+        ("yafsdp.reduce_scatter.tok_embeddings", ("reduce_scatter", "tok_embeddings")),
+        ("yafsdp.all_gather.unit12", ("all_gather", "unit12")),  # an older trace's, as it is
         ("FSDP::all_gather (layers.3)", ("all_gather", "layers.3")),
         ("FullyShardedDataParallel.forward", ("forward", "")),
         ("aten::mm", None),

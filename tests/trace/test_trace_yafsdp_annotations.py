@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_annotation_names_import_no_torch() -> None:
     code = (
         "import sys, yafsdp_impl.annotation_names as n; "
-        "assert n.parse(n.collective('all_gather', n.unit_name(3))) == ('all_gather', '3'); "
+        "assert n.parse(n.collective('all_gather', 'layers.3')) == ('all_gather', 'layers.3'); "
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'torch'); "
         "assert not loaded, loaded"
     )
@@ -46,19 +46,28 @@ def test_the_package_still_exports_the_engine() -> None:
 @pytest.mark.parametrize(
     "name, expected",
     [
-        (names.collective("all_gather", names.unit_name(12)), ("all_gather", "12")),
-        (names.collective("reduce_scatter", names.unit_name(0)), ("reduce_scatter", "0")),
+        (names.collective("all_gather", "layers.12"), ("all_gather", "layers.12")),
+        (
+            names.collective("reduce_scatter", "tok_embeddings"),
+            ("reduce_scatter", "tok_embeddings"),
+        ),
+        (names.collective("all_gather", "model.layers.3"), ("all_gather", "model.layers.3")),
+        # a trace written before units were named by path: the name as it is
+        ("yafsdp.all_gather.unit12", ("all_gather", "unit12")),
+        (names.collective("all_gather", names.unit_name(0)), ("all_gather", "unit0")),
         (names.collective("all_gather", names.RESIDENT), ("all_gather", "resident")),
         (names.collective("reduce_scatter", names.RESIDENT), ("reduce_scatter", "resident")),
         (names.collective("all_reduce", names.CLIP), ("all_reduce", "clip")),
-        (names.forward(4), ("forward", "4")),
-        (names.backward(4), ("backward", "4")),
+        (names.forward("layers.4"), ("forward", "layers.4")),
+        (names.backward("output"), ("backward", "output")),
         # waits issue nothing: they are not rows of the unit table
-        (names.wait("all_gather", names.unit_name(3)), None),
+        (names.wait("all_gather", "layers.3"), None),
         (names.wait("all_reduce", names.CLIP), None),
         (names.wait_in_flight(), None),
         ("yafsdp.all_gather.", None),
-        ("yafsdp.broadcast.unit1", None),
+        ("yafsdp.all_gather.layers.", None),
+        ("yafsdp.all_gather.layers..3", None),
+        ("yafsdp.broadcast.layers.1", None),
     ],
 )
 def test_the_engine_names_parse_back(name: str, expected: tuple[str, str] | None) -> None:
@@ -69,8 +78,9 @@ def test_the_engine_names_parse_back(name: str, expected: tuple[str, str] | None
 def test_the_names_are_the_ones_the_engine_writes() -> None:
     assert names.collective("all_gather", names.RESIDENT) == "yafsdp.all_gather.resident"
     assert names.collective("all_reduce", names.CLIP) == "yafsdp.all_reduce.clip"
-    assert names.wait("reduce_scatter", "unit2") == "yafsdp.wait.reduce_scatter.unit2"
-    assert names.forward(1) == "yafsdp.forward.unit1"
+    assert names.wait("reduce_scatter", "layers.2") == "yafsdp.wait.reduce_scatter.layers.2"
+    assert names.forward("layers.1") == "yafsdp.forward.layers.1"
+    assert names.collective("all_gather", "tok_embeddings") == "yafsdp.all_gather.tok_embeddings"
 
 
 def _step_with_resident_and_clip(path: Path) -> Path:
@@ -80,14 +90,14 @@ def _step_with_resident_and_clip(path: Path) -> Path:
     ks = [nccl(1, 20, t0 + 100, 50, annotation=names.collective("all_gather", names.RESIDENT))]
     for u in range(2):
         start = t0 + 200 + 500 * u
-        ks.append(nccl(1, 20, start, 80, annotation=names.collective("all_gather", f"unit{u}")))
+        ks.append(nccl(1, 20, start, 80, annotation=names.collective("all_gather", f"layers.{u}")))
         ks.append(Kernel(1, 7, start + 100, 300))
     for u in reversed(range(2)):
         bwd = t0 + 2000 + 800 * (1 - u)
         ks.append(Kernel(1, 7, bwd, 500, launch=bwd - 50, tid=AUTOGRAD_TID))
         ks.append(
             nccl(1, 24, bwd + 300, 400, launch=bwd - 40, tid=AUTOGRAD_TID,
-                 annotation=names.collective("reduce_scatter", f"unit{u}"))
+                 annotation=names.collective("reduce_scatter", f"layers.{u}"))
         )  # fmt: skip
     resident = names.collective("reduce_scatter", names.RESIDENT)
     ks.append(nccl(1, 24, t0 + 3800, 60, launch=t0 + 3700, tid=AUTOGRAD_TID, annotation=resident))
@@ -103,7 +113,7 @@ def test_resident_and_clip_traffic_reach_the_unit_table(tmp_path: Path) -> None:
         "yafsdp.all_gather.resident": ("all_gather", "resident", 50e-6),
         "yafsdp.reduce_scatter.resident": ("reduce_scatter", "resident", 60e-6),
         "yafsdp.all_reduce.clip": ("all_reduce", "clip", 30e-6),
-        "yafsdp.reduce_scatter.unit1": ("reduce_scatter", "1", 400e-6),
+        "yafsdp.reduce_scatter.layers.1": ("reduce_scatter", "layers.1", 400e-6),
     }
     for annotation, (kind, unit, comm_s) in rows.items():
         row = table.loc[annotation]

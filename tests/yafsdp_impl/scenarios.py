@@ -375,5 +375,6 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["half_staging"] = train_plan(name, rank, "half_staging")
         r["split_vocab"] = train_plan(name, rank, "split_vocab")
         r["n_units"] = len(engine.layout.units)
+        r["unit_names"] = [unit.name for unit in engine.layout.units]
         out[name] = r
     return out

@@ -235,6 +235,18 @@ def test_collective_logs_identical_on_all_ranks(ws: int, name: str) -> None:
 
 @params
 @models
+def test_units_are_named_by_their_module_paths(ws: int, name: str) -> None:
+    """The log (and so the ranges) name each unit by its path in the model, as FSDP2 does."""
+    r = suite(ws)[0][name]
+    first, layers, last = {"llama": ("tok_embeddings", "layers", "output"),
+                           "gpt": ("wte", "blocks", "head")}[name]  # fmt: skip
+    layer_names = [f"{layers}.{i}" for i in range(r["n_units"] - 2)]
+    assert r["unit_names"] == [first, *layer_names, last]
+    assert {u for op, u in r["logs"][0] if op == "forward"} == set(r["unit_names"])
+
+
+@params
+@models
 def test_all_gathers_per_step_is_2u_minus_1(ws: int, name: str) -> None:
     """no re-gather of the last two units: 2U - 2 unit gathers plus one norm gather."""
     r = suite(ws)[0][name]
@@ -249,19 +261,19 @@ def test_all_gathers_per_step_is_2u_minus_1(ws: int, name: str) -> None:
 def test_lazy_reduce_scatter(ws: int, name: str) -> None:
     """RS(u) is issued once unit u-2's backward starts; two unit RS and the norm RS remain."""
     r = suite(ws)[0][name]
-    u = r["n_units"]
+    u, U = r["n_units"], r["unit_names"]
     log = r["logs"][0]
     for unit in range(2, u):
-        issued = log.index(("reduce_scatter", f"unit{unit}"))
-        started = log.index(("backward", f"unit{unit - 2}"))
+        issued = log.index(("reduce_scatter", U[unit]))
+        started = log.index(("backward", U[unit - 2]))
         following = [e for e in log[started + 1 :] if e[0] == "backward"][:1]
         assert started < issued
         assert not following or issued < log.index(following[0])
-    tail = log[log.index(("backward", "unit0")) + 1 :]
+    tail = log[log.index(("backward", U[0])) + 1 :]
     assert [e for e in tail if e[0] == "reduce_scatter"] == [
-        ("reduce_scatter", "unit2"),  # the lazy one, as unit 0 takes over its buffer
-        ("reduce_scatter", "unit1"),
-        ("reduce_scatter", "unit0"),
+        ("reduce_scatter", U[2]),  # the lazy one, as unit 0 takes over its buffer
+        ("reduce_scatter", U[1]),
+        ("reduce_scatter", U[0]),
         ("reduce_scatter", "resident"),
     ]
     assert count(log, "reduce_scatter") == u + 1
@@ -297,26 +309,27 @@ def test_final_reduce_scatters_overlap_each_other_and_unit0_backward(ws: int, na
     results equal the reference."""
     ref = reference(name, ws)
     r = suite(ws)[0][name]
+    U = r["unit_names"]
     assert r["lanes_inside_weight_buffers"] == [1, 1]  # fp32: each buffer is staging-sized
     for log in [*r["logs"], *r["ends_shared"]["logs"]]:
         in_flight_reduce_scatters(log)
-        start, end = log.index(("backward", "unit0")), log.index(("end_backward", "all"))
+        start, end = log.index(("backward", U[0])), log.index(("end_backward", "all"))
         final = [i for i, e in enumerate(log) if e[0] == "reduce_scatter" and i > start]
         final_units = {log[i][1] for i in final}
         waits = [i for i, (op, u) in enumerate(log) if op == "wait_reduce_scatter"]
         first_wait = min(i for i in waits if log[i][1] in final_units)
         assert len(final) >= 3 and max(final) < first_wait
-        assert log.index(("backward", "unit1")) < log.index(("reduce_scatter", "unit2")) < end
+        assert log.index(("backward", U[1])) < log.index(("reduce_scatter", U[2])) < end
     if name == "gpt":  # lanes are free then: unit 2 goes out as unit 1's backward starts
         shared = r["ends_shared"]["logs"][0]
-        assert shared.index(("reduce_scatter", "unit2")) < shared.index(("backward", "unit0"))
+        assert shared.index(("reduce_scatter", U[2])) < shared.index(("backward", U[0]))
     if name == "llama":
         assert r["ends_shared"]["lanes"][0] >= 1  # the output's buffer lends a lane
         log = r["ends_shared"]["logs"][0]
-        last = f"unit{r['n_units'] - 1}"
+        last = U[-1]
         issued = [i for i, e in enumerate(log) if e == ("reduce_scatter", last)]
         assert len(issued) > 1  # chunked
-        assert max(issued) < log.index(("backward", f"unit{r['n_units'] - 3}"))
+        assert max(issued) < log.index(("backward", U[-3]))
     assert_dicts_close(r["grads1"], ref["grads1"], **FP32)
     assert_dicts_close(r["ends_shared"]["grads1"], ref["grads1"], **FP32)
 
@@ -393,6 +406,7 @@ def test_staged_buffer_plans_match_reference(ws: int, name: str, plan: str) -> N
     and accumulation all match the reference, and every rank's log is the same."""
     ref = reference(name, ws)
     runs = [r[name][plan] for r in suite(ws)]
+    U = suite(ws)[0][name]["unit_names"]
     for rank, r in enumerate(runs):
         n = len(r["plan"].buffer_of)
         if plan == "ends_shared":
@@ -408,7 +422,7 @@ def test_staged_buffer_plans_match_reference(ws: int, name: str, plan: str) -> N
     chunk = chosen.staging_numel // ws
     pieces = [-(-padded // ws // chunk) for padded in runs[0]["padded"]]
     for i, want in enumerate(pieces):
-        assert count([e for e in log if e[1] == f"unit{i}"], "reduce_scatter") == want
+        assert count([e for e in log if e[1] == U[i]], "reduce_scatter") == want
     if name == "llama":  # its embedding and output outsize a layer
         assert pieces[0] > 1
     if plan == "half_staging":  # one more reduce-scatter per layer
@@ -425,6 +439,7 @@ def test_separate_ends_buffer_plan_matches_reference(ws: int, name: str) -> None
     three steps and accumulation all match the reference, and every rank's log is the same."""
     ref = reference(name, ws)
     runs = [r[name]["separate_ends"] for r in suite(ws)]
+    U = suite(ws)[0][name]["unit_names"]
     for rank, r in enumerate(runs):
         n = len(r["plan"].buffer_of)
         assert r["plan"].buffer_of[0] == 0 and r["plan"].buffer_of[-1] == 1
@@ -435,7 +450,7 @@ def test_separate_ends_buffer_plan_matches_reference(ws: int, name: str) -> None
         assert r["logs"] == runs[0]["logs"]
         for log in r["logs"]:
             assert count(log, "all_gather") == 2 * n - 4 + 1
-            assert [e for e in log if e == ("all_gather", "unit0")] == [("all_gather", "unit0")]
+            assert [e for e in log if e == ("all_gather", U[0])] == [("all_gather", U[0])]
     assert_dicts_close(runs[0]["grads1"], ref["grads1"], **FP32)
     assert_dicts_close(runs[0]["accum_grads"], ref["grads1"], **FP32)
 
@@ -450,11 +465,11 @@ def test_the_step_opens_with_its_first_gathers_and_closes_with_the_norms_all_red
     copying the other shards; after the optimizer step (prefetch_after) as at a forward.
     It closes with the all-reduce of the gradients' squared norm, issued as the backward
     ends (the last shard's norm known), so that clipping issues no collective of its own."""
-    r = suite(ws)[0][name]["step_ends"]
+    r, U = suite(ws)[0][name]["step_ends"], suite(ws)[0][name]["unit_names"]
     for k in range(0, len(r["copies"]), 2):
         (first, log_a), (rest, log_b) = r["copies"][k : k + 2]
         assert (first, rest) == ("first", "rest")
-        assert log_b[len(log_a) :] == [("all_gather", u) for u in ("resident", "unit0", "unit1")]
+        assert log_b[len(log_a) :] == [("all_gather", u) for u in ("resident", U[0], U[1])]
     assert len(r["copies"]) == 2 * 3  # the first forward, then after each optimizer step
     assert r["after_backward"] == [("all_reduce", "clip")] * 2
     assert r["clip_added"] == [[], []]
@@ -469,8 +484,8 @@ def test_prefetched_gathers_start_after_the_step_and_hold_updated_weights(
     the optimizer step (after the slowed master-to-bf16 copy), hold the updated weights when
     the next forward starts, are not gathered again, and the losses stay in tolerance."""
     ref = reference(name, ws)
-    u = suite(ws)[0][name]["n_units"]
-    prefetched = [("all_gather", "resident"), ("all_gather", "unit0"), ("all_gather", "unit1")]
+    u, U = suite(ws)[0][name]["n_units"], suite(ws)[0][name]["unit_names"]
+    prefetched = [("all_gather", "resident"), ("all_gather", U[0]), ("all_gather", U[1])]
     runs = [r[name]["bf16_prefetch"] for r in suite(ws)]
     for rank, r in enumerate(runs):
         assert r["gathered_fresh"] == [True] * STEPS
@@ -481,7 +496,7 @@ def test_prefetched_gathers_start_after_the_step_and_hold_updated_weights(
         for step, log in enumerate(r["logs"]):
             assert log[-3:] == prefetched  # issued once the step returned
             if step > 0:
-                assert log[0] == ("forward", "unit0")  # nothing left to gather first
+                assert log[0] == ("forward", U[0])  # nothing left to gather first
             assert count(log, "all_gather") == 2 * u - 1 + (3 if step == 0 else 0)
 
 

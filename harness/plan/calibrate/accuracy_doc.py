@@ -21,14 +21,12 @@ WHY = "model=llama2_34b,gpus=256,seq=2048"
 def _point_blocks() -> list[str]:
     """What `python -m harness.plan <POINT> --why <WHY>` and `... --cycle` print, from one
     plan of the point (the functions the command line prints with)."""
-    from harness.plan.cli import format_table, format_why, plan
+    from harness.plan.cli import format_cycles, format_table, format_why, plan
     from harness.plan.points import rows_at
-    from harness.plan.time.cycle import format_cycle
 
     dicts = rows_at([r.to_dict() for r in plan(POINT)], WHY)
     why = [format_table(dicts), format_why(dicts)]
-    cycles = [format_cycle(f"{r['engine']} {r['model']} gpus={r['gpus']} seq={r['seq_len']}",
-                           r.get("cycle")) for r in dicts]  # fmt: skip
+    cycles = format_cycles(dicts)
     return [
         "```text", f"$ python -m harness.plan {' '.join(POINT)} --why {WHY}", *why, "```", "",
         "```text", f"$ python -m harness.plan {' '.join(POINT)} --cycle", *cycles, "```",

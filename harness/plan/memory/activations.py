@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.models.shapes import shape_of
+from harness.models.unit_names import EMBEDDING, OUTPUT
+from harness.models.unit_names import layer as layer_name
 from harness.plan.probe import DTYPE_BYTES, DiskCache, build_probed, implementation_key
 
 
@@ -231,7 +233,9 @@ def _from_json(d: dict[str, Any]) -> ActivationFootprint:
 def activation_moments(
     acts: ActivationFootprint, n_layers: int, ckpt_layers: int
 ) -> dict[str, dict[str, int]]:
-    """Activation bytes by class at each moment of forward and backward."""
+    """Activation bytes by class at each moment of forward and backward, named by the
+    unit it falls in ('forward: layers.3', 'backward: tok_embeddings reduce'; the output
+    unit's moments by its part: 'forward: projection', 'forward: loss')."""
 
     def held(upto: int) -> dict[str, int]:
         """Saved by blocks [0, upto) plus the embedding's output."""
@@ -250,7 +254,7 @@ def activation_moments(
     proj, loss = acts.projection, acts.loss
     moments: dict[str, dict[str, int]] = {}
     for k in range(n_layers):
-        moments[f"forward: block {k}"] = merge_bytes(held(k), {cls(k): block(k).fwd_peak})
+        moments[f"forward: {layer_name(k)}"] = merge_bytes(held(k), {cls(k): block(k).fwd_peak})
     every = held(n_layers)
     moments["forward: projection"] = merge_bytes(every, {"logits_loss": proj.fwd_peak})
     moments["forward: loss"] = merge_bytes(every, {"logits_loss": proj.saved + loss.fwd_peak})
@@ -261,24 +265,24 @@ def activation_moments(
     moments["backward: projection"] = merge_bytes(
         every, {"logits_loss": proj.saved + acts.logits + proj.bwd_peak}
     )
-    moments["backward: output reduce"] = merge_bytes(
+    moments[f"backward: {OUTPUT} reduce"] = merge_bytes(
         every, {"logits_loss": acts.logits, cls(n_layers - 1): acts.hidden_grad}
     )
     for k in reversed(range(n_layers)):
-        moments[f"backward: block {k}"] = merge_bytes(
+        moments[f"backward: {layer_name(k)}"] = merge_bytes(
             held(k + 1),
             {cls(k): acts.hidden_grad + block(k).bwd_peak, "logits_loss": acts.logits},
         )
         # After the block's backward its saved activations are gone; what an engine does
         # with its gradients next (FSDP's reduce-scatter) happens here.
-        moments[f"backward: block {k} reduce"] = merge_bytes(
+        moments[f"backward: {layer_name(k)} reduce"] = merge_bytes(
             held(k), {cls(k): acts.hidden_grad, "logits_loss": acts.logits}
         )
-    moments["backward: embedding"] = {
+    moments[f"backward: {EMBEDDING}"] = {
         "activations_checkpointed": acts.embedding_out + acts.hidden_grad,
         "logits_loss": acts.logits,
     }
-    moments["backward: embedding reduce"] = {"logits_loss": acts.logits}
+    moments[f"backward: {EMBEDDING} reduce"] = {"logits_loss": acts.logits}
     return moments
 
 

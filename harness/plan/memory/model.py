@@ -10,11 +10,13 @@ logits and loss. The peak is the largest sum over the moments of a steady-state 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from harness.engines.registry import spec_of
 from harness.models.shapes import shape_of
+from harness.models.unit_names import EMBEDDING, LAYERS
 from harness.models.units import Units, fsdp1_units, fsdp2_units
 from harness.plan.memory.activations import (
     DTYPE_BYTES,
@@ -31,6 +33,7 @@ ADAMW_STATES = 2  # exp_avg, exp_avg_sq, fp32 like the master weights
 # A predicted peak at this share of device memory or more is "tight": left for
 # fragmentation and the allocator's per-stream pools is too little to count it as fitting.
 NEAR_CAPACITY = 0.9
+_LAYER_INDEX = re.compile(r"\.\d+\b")  # 'layers.5' -> 'layers': a moment's phase
 
 # Report order of the classes; every estimate has all of them.
 CLASSES = (
@@ -120,9 +123,9 @@ def held_all_step(case: MemoryCase) -> dict[str, int]:
 
 
 def _phase(moment: str) -> str:
-    """`backward: block 5 reduce` -> `backward: block reduce` (engines hold the same at
-    every block)."""
-    return " ".join(word for word in moment.split(" ") if not word.isdigit())
+    """`backward: layers.5 reduce` -> `backward: layers reduce` (engines hold the same at
+    every layer)."""
+    return _LAYER_INDEX.sub("", moment)
 
 
 # ---- engines: (held all step, {phase: held during that phase}) ---------------------------
@@ -207,8 +210,8 @@ def yafsdp_memory(case: MemoryCase) -> EngineMemory:
     grads = _largest_weight_grads(case)
     in_flight = {
         "backward: projection": {"unsharded_grads": grads["table"]},
-        "backward: block": {"unsharded_grads": grads["block"]},
-        "backward: embedding": {"unsharded_grads": grads["table"]},
+        f"backward: {LAYERS}": {"unsharded_grads": grads["block"]},
+        f"backward: {EMBEDDING}": {"unsharded_grads": grads["table"]},
     }
     if _splits_vocab(case):  # the halves' logits are concatenated: one more logits' bytes
         tokens = case.seq_len * case.micro_batch
@@ -253,7 +256,7 @@ def _fsdp(
     # Both reshard a unit after its backward and before its reduce-scatter: while a unit's
     # gradients are reduced, only the next unit's (prefetched) weights are unsharded.
     in_flight = {
-        "forward: block": {"unsharded_weights": block + ahead},
+        f"forward: {LAYERS}": {"unsharded_weights": block + ahead},
         "forward: projection": {"unsharded_weights": out},
         "forward: loss": {"unsharded_weights": kept},
         "backward: loss": {"unsharded_weights": kept},
@@ -261,15 +264,15 @@ def _fsdp(
         "backward: output reduce": merge_bytes(
             {"unsharded_weights": block, "unsharded_grads": grads * out}, reduce(units.output)
         ),
-        "backward: block": merge_bytes(
+        f"backward: {LAYERS}": merge_bytes(
             {"unsharded_weights": 2 * block, "unsharded_grads": grads * block}, previous_rs
         ),
-        "backward: block reduce": merge_bytes(
+        f"backward: {LAYERS} reduce": merge_bytes(
             {"unsharded_weights": block, "unsharded_grads": grads * block},
             merge_bytes(reduce(units.block), previous_rs),
         ),
-        "backward: embedding": {"unsharded_weights": emb, "unsharded_grads": grads * emb},
-        "backward: embedding reduce": merge_bytes(
+        f"backward: {EMBEDDING}": {"unsharded_weights": emb, "unsharded_grads": grads * emb},
+        f"backward: {EMBEDDING} reduce": merge_bytes(
             {"unsharded_grads": grads * emb}, reduce(units.embedding)
         ),
     }
@@ -343,8 +346,8 @@ def local_memory(case: MemoryCase) -> EngineMemory:
     in_flight = {
         "backward: projection": {"unsharded_grads": out},
         "backward: output reduce": {"unsharded_grads": out},
-        "backward: block": {"unsharded_grads": n * p - out},
-        "backward: embedding": {"unsharded_grads": n * p},
+        f"backward: {LAYERS}": {"unsharded_grads": n * p - out},
+        f"backward: {EMBEDDING}": {"unsharded_grads": n * p},
         "after backward: all-reduce": {"staging": n * FP32},
     }
     return static, in_flight

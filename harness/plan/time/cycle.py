@@ -1,6 +1,6 @@
 """One steady-state backward unit, as the simulator ran it (`harness.plan --cycle`).
 
-For the middle block's backward: its period on the compute stream (from its backward's
+For the middle decoder layer's backward: its period on the compute stream (from its backward's
 start to the next unit's), the compute stream's busy and idle time in it, and each
 collective that starts in it: its kernel time and the communication stream's idle time
 before it, split into its causes:
@@ -17,17 +17,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.models.unit_names import layer_index
 from harness.plan.time.simulate import COMM, COMPUTE, Op, Timeline
 
 
 def _backward_ops(program: list[Op]) -> list[Op]:
-    return [op for op in program if op.stream == COMPUTE and op.name.split(":", 1)[1]
-            .startswith("backward.block ")]  # fmt: skip
+    """The decoder layers' backward on the compute stream ('backward.layers.3')."""
+    return [op for op in program if op.stream == COMPUTE and layer_index(op.unit) is not None
+            and op.name.split(":", 1)[1] == f"backward.{op.unit}"]  # fmt: skip
 
 
 def cycle(program: list[Op], timeline: Timeline) -> dict[str, Any] | None:
-    """The middle block's backward period and what each stream does in it (None: a
-    program with fewer than three blocks)."""
+    """The middle layer's backward period and what each stream does in it (None: a
+    program with fewer than three layers)."""
     backward = _backward_ops(program)
     if len(backward) < 3:
         return None
@@ -104,7 +106,7 @@ def give_way_detail(program: list[Op], timeline: Timeline) -> dict[str, Any]:
 
 def format_cycle(label: str, data: dict[str, Any] | None) -> str:
     if data is None:
-        return f"{label}: no steady-state backward unit (fewer than three blocks)"
+        return f"{label}: no steady-state backward unit (fewer than three layers)"
     ms = 1e3
     busy, idle = data["compute_busy_s"] * ms, data["compute_idle_s"] * ms
     out = [

@@ -22,17 +22,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from harness.models.unit_names import OUTPUT
 from harness.plan.time.simulate import COMPUTE, STREAMS, Op, simulate
 from harness.plan.time.timing import TimeEstimate
 
 TERM = "allocator_retries"
-# memory-model part -> the program's unit (`programs.part_names`)
-_UNITS = {"projection": "output", "loss": "output", "output": "output"}
+# memory-model part -> the program's unit (`harness.models.unit_names`)
+_UNITS = {"projection": OUTPUT, "loss": OUTPUT, OUTPUT: OUTPUT}
 
 
 def program_label(moment: str) -> str | None:
-    """The label of the operation whose issue allocates at `moment` ("backward: block 3
-    reduce" -> "grads_done.block 3"); None for a moment no operation of FSDP1 marks."""
+    """The label of the operation whose issue allocates at `moment` ("backward: layers.3
+    reduce" -> "grads_done.layers.3"); None for a moment no operation of FSDP1 marks."""
     phase, _, what = moment.partition(": ")
     reduce = what.endswith(" reduce")
     what = what.removesuffix(" reduce")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from harness.markdown import markdown_table
+from harness.models.unit_names import shown_by_unit
 from harness.trace.diagnose import causes as C
 from harness.trace.diagnose.attribute import StepAttribution
-from harness.trace.jobs import attribute_job, attribute_trace
+from harness.trace.jobs import attribute_job, attribute_trace, job_units_of
 from harness.trace.parse import TraceError
 
 
@@ -84,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if not target.exists():
         raise TraceError(f"{target}: no such trace file or job directory")
     found = attribute_job(target) if target.is_dir() else attribute_trace(target)
+    units = job_units_of(target) if target.is_dir() else None  # an old trace's unit<N>
+    found = [replace(s, by_unit=shown_by_unit(s.by_unit, units)) for s in found]
     steps = [
         s
         for s in found

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.jobdir.grid_point import GridPoint
 from harness.jobdir.result import Result
+from harness.models.unit_names import job_units, shown_by_unit
 from harness.trace.diagnose import causes
 from harness.trace.diagnose.attribute import StepAttribution
 from harness.trace.diagnose.ranks import SKEW, SKEW_DESCRIPTION
@@ -63,7 +64,7 @@ class TracedJob:
     timed_s: float | None  # the timed steps' median (result.json)
     step_s: float  # the profiled steps' mean, each on its slowest rank
     causes: dict[str, float]  # mean seconds per step
-    by_unit: dict[str, dict[str, float]]
+    by_unit: dict[str, dict[str, float]]  # units by module path (`harness.models.unit_names`)
     slowest_ranks: dict[int, int]  # rank -> how many steps it was the slowest in
     late: list[str]  # the late arrivals at collectives, one line each
     notes: list[str]  # what the cross-rank split had to do without
@@ -113,7 +114,7 @@ def traced_job(job: JobRecords, rank: int | None = None) -> TracedJob:
         timed_s=result.metrics.iteration_time_s,
         step_s=sum(s.step_s for s in slowest) / len(slowest),
         causes=mean_causes,
-        by_unit=mean_units,
+        by_unit=shown_by_unit(mean_units, job_units(result.engine_settings)),
         slowest_ranks=dict(Counter(s.rank for s in slowest)),
         late=list(job.traced.get("late", [])),
         notes=list(job.traced.get("notes", [])),

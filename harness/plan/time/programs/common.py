@@ -5,7 +5,9 @@ loss; priced by `compute.py`) with what the engine adds: its collectives, on the
 stream of the process group, and its own memory-bound kernels, each on the stream the
 engine puts it on, with the bytes it moves per element. The orders, streams and bytes are
 read from each engine's code (torch 2.13) and checked against what the engines issue under
-a fake process group (`tests/plan/test_plan_programs.py`):
+a fake process group (`tests/plan/test_plan_programs.py`). A unit is named by its module
+path, as the trace tools name it (`harness.models.unit_names`: tok_embeddings, layers.3,
+output):
 
 FSDP1's program is in `fsdp1_program.py`, FSDP2's in `fsdp2_program.py`.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.simulate import COMM, COMPUTE, Op
 
 FP32 = 4
@@ -152,10 +155,6 @@ class Program:
         return None
 
 
-def part_names(n_blocks: int) -> list[str]:
-    return ["embedding", *(f"block {i}" for i in range(n_blocks)), "output"]
-
-
 def optimizer_step(prog: Program, shard_elements: int, unit: str = "shards") -> None:
     """Clipping's scale of the sharded gradients and the fused AdamW step, on the compute
     stream after the reductions."""
@@ -193,7 +192,7 @@ def clip_and_step(prog: Program, shard: int) -> None:
 def local_program(costs: ModelCosts, params: int, ctx: StepContext) -> list[Op]:
     """Unsharded: every part computes, then one fp32 all-reduce of every gradient."""
     prog = Program(ctx)
-    names = part_names(len(costs.forward) - 2)
+    names = unit_names(len(costs.forward) - 2)
     for _micro in range(ctx.grad_accum):
         for i, part in enumerate(costs.forward):
             prog.compute(part, f"forward.{names[i]}", names[i])

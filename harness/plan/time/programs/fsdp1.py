@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from collections import deque
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     FP32,
     ModelCosts,
     Program,
     StepContext,
     clip_and_step,
-    part_names,
     split_launches,
 )
 from harness.plan.time.simulate import COMM, COMPUTE, SIDE, UNSHARD, Op
@@ -87,7 +87,7 @@ class _Fsdp1Step:
     ) -> None:  # fmt: skip
         self.prog, self.ctx, self.costs = prog, prog.ctx, costs
         self.sizes, self.root, self.free_events = sizes, root, free_events
-        self.names = part_names(len(sizes) - 2)
+        self.names = unit_names(len(sizes) - 2)
         self.gathered: dict[int, str] = {}  # part (or -1, the root) -> its all-gather
         self.grads_ready: dict[int, str] = {}  # part -> the end of its backward kernels
         self.cat_on_unshard = self.ctx.on("fsdp1_cat_on_unshard")

@@ -14,13 +14,13 @@ FSDP2 (`fully_shard` per block, embedding alone, [norm, output] kept; torch 2.13
 
 from __future__ import annotations
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     FP32,
     ModelCosts,
     Program,
     StepContext,
     clip_and_step,
-    part_names,
 )
 from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op
 
@@ -41,7 +41,7 @@ class _Fsdp2Step:
 
     def __init__(self, prog: Program, costs: ModelCosts, sizes: list[int]) -> None:
         self.prog, self.ctx, self.costs, self.sizes = prog, prog.ctx, costs, sizes
-        self.names = part_names(len(sizes) - 2)
+        self.names = unit_names(len(sizes) - 2)
         self.copy_outs: list[str] = []  # in forward, a gather waits for the copy-out two back
         self.gathered: dict[int, str] = {}
         self.kept: set[int] = set()  # [norm, output]: not resharded after forward

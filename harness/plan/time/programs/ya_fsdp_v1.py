@@ -28,13 +28,13 @@ The norms' own gather, reduce-scatter and copies (a few MB) are left out.
 
 from __future__ import annotations
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     FP32,
     ModelCosts,
     Program,
     StepContext,
     clip_and_step,
-    part_names,
 )
 from harness.plan.time.simulate import COMM, COMPUTE, SIDE, Op
 
@@ -56,7 +56,7 @@ def ya_fsdp_v1_program(costs: ModelCosts, sizes: list[int], ctx: StepContext) ->
 class _V1Step:
     def __init__(self, prog: Program, costs: ModelCosts, sizes: list[int]) -> None:
         self.prog, self.ctx, self.costs, self.sizes = prog, prog.ctx, costs, sizes
-        self.names = part_names(len(sizes) - 2)
+        self.names = unit_names(len(sizes) - 2)
         self.gathered: dict[int, str] = {}  # unit -> its all-gather (weight buffer held)
         self.released: dict[int, str] = {}  # unit -> its compute's end (buffer released)
         self.grad_owner: dict[int, int] = {}  # gradient buffer (l % 2) -> its unit

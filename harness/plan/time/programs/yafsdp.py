@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     ModelCosts,
     PartCost,
     Program,
     StepContext,
     adamw_step,
-    part_names,
 )
 from harness.plan.time.simulate import COMPUTE, Op
 
@@ -100,7 +100,8 @@ def skeleton(
     buffer_plan: str = "auto", budget_bytes: int | None = None,
 ) -> tuple[tuple, ...]:  # fmt: skip
     """What the engine's schedule issues over one step, in order, as events: collectives
-    (kind, bytes, then the unit the schedule's log names), waits on them, its own kernels
+    (kind, bytes, then the unit the schedule's log names: its index, or `resident` or
+    `clip`), waits on them, its own kernels
     (bytes), and where each unit's forward and backward run. Independent of the sequence
     length and of every price, so one drive serves every point of the same model and world."""
     import torch
@@ -139,7 +140,10 @@ def skeleton(
             ends.pop()()  # autograd's final callback: the end of backward
         events.append(("clip",))  # the engine's clipping: its kernels are the optimizer's
         schedule.clip_grad_norm_(1.0)
-    units = iter(unit for op, unit in schedule.log if op in COLLECTIVES)
+    # The log names a unit by the layout's path: kept as its index, which the program names
+    # as every program does (a Hugging Face config's layout says 'model.layers.3').
+    index = {u.name: u.index for u in layout.units}
+    units = iter(index.get(unit, unit) for op, unit in schedule.log if op in COLLECTIVES)
     named = [(*e, next(units)) if e[0] == "collective" else e for e in events]
     if next(units, None) is not None:
         raise RuntimeError("the schedule's log names more collectives than it issued")
@@ -178,23 +182,19 @@ def vocab_split_costs(
     return ModelCosts(forward, backward)
 
 
-def split_part_names(n_blocks: int) -> list[str]:
-    ends = part_names(n_blocks)
-    return [f"{ends[0]} lo", f"{ends[0]} hi", *ends[1:-1], f"{ends[-1]} lo", f"{ends[-1]} hi"]
-
-
 def yafsdp_program(
     costs: ModelCosts, model: str, dtype: str, reduce_dtype: str, ctx: StepContext,
     budget_bytes: int | None = None, buffer_plan: str = "auto",
 ) -> list[Op]:  # fmt: skip
     """`costs` are per unit: with a split plan, `vocab_split_costs`'s."""
-    from yafsdp_impl import splits_vocab
+    from yafsdp_impl import split_unit_names, splits_vocab
 
     events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, buffer_plan,
                       budget_bytes)  # fmt: skip
     prog = Program(ctx)
     split = splits_vocab(buffer_plan)
-    names = (split_part_names if split else part_names)(len(costs.forward) - 2 - 2 * split)
+    names = unit_names(len(costs.forward) - 2 - 2 * split)
+    names = split_unit_names(names) if split else names
     collectives: list[str] = []
     waiting: list[str] = []  # collectives the compute stream must wait for next
 
@@ -213,6 +213,7 @@ def yafsdp_program(
         kind = event[0]
         if kind == "collective":
             _, what, nbytes, unit = event
+            unit = names[unit] if isinstance(unit, int) else unit
             collectives.append(prog.collective(what, nbytes, unit, waits=(prog.last(COMPUTE),)))
         elif kind == "wait":
             waiting.append(collectives[event[1]])
