@@ -165,8 +165,8 @@ def test_fsdp1_names_the_decoder_layer_class_it_wrapped(ckpt_layers: int) -> Non
 def test_a_named_split_vocab_plan_is_held_and_recorded() -> None:
     """engine.buffer_plan=split_vocab: the engine splits the embedding and the output into
     vocabulary halves (two units more), holds the plan whatever the budget, and the settings
-    name it, the units the job configured (the halves are the engine's), and no smaller plan
-    beside it (the plans that keep the ends whole are compared by name)."""
+    name it, the units the engine runs (each end's two halves, by their module paths, as its
+    ranges name them), and no smaller plan beside it (the plans that keep the ends whole are compared by name)."""
     from harness.rank.session import Session
 
     with fake_world(2):
@@ -175,4 +175,6 @@ def test_a_named_split_vocab_plan_is_held_and_recorded() -> None:
         session = Session.build(cfg, 0, 2, torch.device("cpu"))
         plan = session.settings["buffer_plan"]
         assert plan.startswith("split_vocab: buffers 2×") and "smallest" not in plan, plan
-        assert session.settings["units"][0].endswith("tok_embeddings")
+        units = session.settings["units"]
+        assert units[:2] == ["tok_embeddings.vocab_lo", "tok_embeddings.vocab_hi"], units
+        assert units[-2:] == ["output.vocab_lo", "output.vocab_hi"], units
