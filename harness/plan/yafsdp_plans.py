@@ -15,11 +15,12 @@ from harness.plan.calibrate.calibration import Calibration
 if TYPE_CHECKING:
     from harness.plan.planner import PlanRow
 
-# The plan holding the fewest bytes of those that keep the ends whole, where the model has
-# a layer; `split_vocab` (the ends split into vocabulary halves) is priced by name beside it.
-SMALLEST_PLAN = "half_staging"
-NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", SMALLEST_PLAN,
-               "split_vocab")  # fmt: skip
+# The pressure plans: `half_staging` holds the fewest bytes of the plans that keep the ends
+# whole, `split_vocab` (the ends split into vocabulary halves) can hold fewer where an end is
+# larger than a layer. yafsdp's smallest plan is the one of them with the lower peak.
+PRESSURE_PLANS = ("half_staging", "split_vocab")
+NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends",
+               *PRESSURE_PLANS)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,15 @@ def own_min_ckpt_rows(rows: list[PlanRow], measured: Calibration | None = None) 
     return out
 
 
+def smallest_plan(cfg: JobConfig, measured: Calibration | None = None) -> PlanCost:
+    """yafsdp's plan with the lowest peak at the job's point, of the pressure plans."""
+    costs = plan_costs(cfg, measured, PRESSURE_PLANS)
+    return min(costs.values(), key=lambda c: c.peak_bytes)
+
+
 def add_plans(rows: list[PlanRow], measured: Calibration | None = None) -> None:
     """On each yafsdp row, the plan its engine holds there and its smallest plan's cost."""
     for row in rows:
         if row.cfg.engine.name == "yafsdp":
             row.buffer_plan = held_plan(row.cfg, measured)
-            row.smallest_plan = asdict(plan_cost(row.cfg, SMALLEST_PLAN, measured))
+            row.smallest_plan = asdict(smallest_plan(row.cfg, measured))
