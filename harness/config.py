@@ -29,6 +29,7 @@ BUFFER_PLANS = (
     "ends_shared",
     "separate_ends",
     "half_staging",
+    "split_vocab",
 )
 
 

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from yafsdp_impl._buffers import Buffers
     from yafsdp_impl._collectives import all_gather, has_native_reduce_scatter, reduce_scatter
     from yafsdp_impl._layout import Layout, build_layout, is_norm
-    from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers
+    from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
     from yafsdp_impl._schedule import Schedule
+    from yafsdp_impl._vocab_split import split_unit_names, split_vocab_units
 
 __all__ = [
     "BufferPlan",
@@ -37,6 +38,9 @@ __all__ = [
     "is_norm",
     "plan_buffers",
     "reduce_scatter",
+    "split_unit_names",
+    "split_vocab_units",
+    "splits_vocab",
 ]
 
 _HOMES = {
@@ -52,7 +56,11 @@ _HOMES = {
     "BufferPlan": "_plan",
     "PlanChoice": "_plan",
     "plan_buffers": "_plan",
+    "splits_vocab": "_plan",
     "Buffers": "_buffers",
+    # the split_vocab plan's units: the ends cut into vocabulary halves
+    "split_unit_names": "_vocab_split",
+    "split_vocab_units": "_vocab_split",
     # which collective runs when
     "Schedule": "_schedule",
     # the collectives, for a bandwidth probe

@@ -15,8 +15,9 @@ from yafsdp_impl import _collectives, _state_dict
 from yafsdp_impl._buffers import Buffers, bind_views
 from yafsdp_impl._hooks import hook_schedule
 from yafsdp_impl._layout import build_layout, copy_into_shard, frozen_param
-from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers
+from yafsdp_impl._plan import BufferPlan, PlanChoice, plan_buffers, splits_vocab
 from yafsdp_impl._schedule import Schedule
+from yafsdp_impl._vocab_split import split_unit_names, split_vocab_units
 from yafsdp_impl.annotation_names import COLLECTIVES
 
 
@@ -55,7 +56,12 @@ class YaFSDP:
             last units share one buffer, the others alternate two layer-sized ones),
             "separate_ends" (the first and last units keep a buffer each, so the first stays
             gathered from its forward to its backward), "half_staging" ("min_bytes" with a
-            staging of half a layer: one more reduce-scatter per layer); see `plan_buffers`.
+            staging of half a layer: one more reduce-scatter per layer), "split_vocab" (the
+            first unit, an nn.Embedding, and the last, an nn.Linear onto the vocabulary, each
+            split in place into two units of half the vocabulary, the buffers alternating
+            as in "alternating": sized by the largest of a layer and half an end; more
+            collectives, see `_plan`; state dicts keep the original names and shapes);
+            see `plan_buffers`.
         memory_budget_bytes: the most memory the engine's own tensors may take (its
             buffers, staging, master shards and their gradients: `memory_report`'s
             classes but the optimizer's), for `buffer_plan="auto"`.
@@ -89,11 +95,16 @@ class YaFSDP:
         self.reduce_dtype = reduce_dtype
         self.grad_accum_steps = grad_accum_steps
         self.device = torch.device(device) if device is not None else _default_device(module)
-        self._init_fn = init_fn
         comm = _collectives.Comm(self.group)
+        # Read before a vocabulary split moves the ends' weights into halves.
+        values = _initial_values(module, init_fn, self.device)
+        ckpt = _checkpointed_units(units, ckpt_units)
+        given = list(unit_names) if unit_names is not None else None
+        if splits_vocab(buffer_plan):
+            units, ckpt = _split_ends(units, ckpt)
+            given = split_unit_names(given) if given is not None else None
 
         # Which parameter lives where, and the buffers that hold the unsharded units.
-        given = list(unit_names) if unit_names is not None else None
         self.layout = build_layout(module, units, self.world_size, given)
         self.plan_choice: PlanChoice = plan_buffers(
             self.layout, buffer_plan, memory_budget_bytes,
@@ -111,8 +122,9 @@ class YaFSDP:
         )
 
         # The module's values move into the shards; its parameters become buffer views.
-        grad_views = self._move_into_buffers()
-        self._wrap_checkpointing(units, ckpt_units)
+        grad_views = self._move_into_buffers(values, init_fn)
+        for m in ckpt:
+            m.forward = functools.partial(_checkpointed, m.forward)
 
         # The schedule, driven by hooks on the module, its units and their weights.
         self.schedule = Schedule(
@@ -223,18 +235,20 @@ class YaFSDP:
 
     # ---- construction -----------------------------------------------------------------
 
-    def _move_into_buffers(self) -> list[list[tuple[nn.Parameter, torch.Tensor]]]:
+    def _move_into_buffers(
+        self, values: Mapping[str, torch.Tensor], init_fn: Callable | None
+    ) -> list[list[tuple[nn.Parameter, torch.Tensor]]]:
         """Load the module's values into this rank's master shards and bind every unit's
         parameters (then the resident unit's) to its buffer; return each one's (parameter,
         gradient view) pairs."""
-        self._load_module_values(_initial_values(self.module, self._init_fn, self.device))
+        self._load_module_values(values)
         b = self.buffers
         grad_views = [
             bind_views(u, b.weight[k], b.grad[k])
             for u, k in zip(self.layout.units, b.buffer_of, strict=True)
         ]
         grad_views.append(bind_views(self.layout.resident, b.resident_weight, b.resident_grad))
-        self._place_frozen_and_buffers()
+        self._place_frozen_and_buffers(init_fn)
         return grad_views
 
     @torch.no_grad()
@@ -245,11 +259,11 @@ class YaFSDP:
         copy_into_shard(self.layout.resident, self.rank, values, b.resident_master)
 
     @torch.no_grad()
-    def _place_frozen_and_buffers(self) -> None:
+    def _place_frozen_and_buffers(self, init_fn: Callable | None) -> None:
         for s in self.layout.frozen:
             value: torch.Tensor = frozen_param(s)
-            if value.is_meta and self._init_fn is not None:
-                value = self._init_fn(s.name, s.shape)
+            if value.is_meta and init_fn is not None:
+                value = init_fn(s.name, s.shape)
             value = value.to(self.device, self.param_dtype)
             s.module._parameters[s.attr] = nn.Parameter(value, requires_grad=False)
         for m in self.module.modules():
@@ -257,14 +271,26 @@ class YaFSDP:
                 if buf is not None:
                     m._buffers[k] = buf.to(self.device)
 
-    def _wrap_checkpointing(
-        self, units: list[nn.Module], ckpt_units: int | Sequence[nn.Module]
-    ) -> None:
-        chosen = units[:ckpt_units] if isinstance(ckpt_units, int) else list(ckpt_units)
-        for m in chosen:
-            if not any(m is u for u in units):
-                raise ValueError(f"checkpointed module {type(m).__name__} is not a unit")
-            m.forward = functools.partial(_checkpointed, m.forward)
+
+def _checkpointed_units(
+    units: list[nn.Module], ckpt_units: int | Sequence[nn.Module]
+) -> list[nn.Module]:
+    chosen = units[:ckpt_units] if isinstance(ckpt_units, int) else list(ckpt_units)
+    for m in chosen:
+        if not any(m is u for u in units):
+            raise ValueError(f"checkpointed module {type(m).__name__} is not a unit")
+    return chosen
+
+
+def _split_ends(
+    units: list[nn.Module], ckpt: list[nn.Module]
+) -> tuple[list[nn.Module], list[nn.Module]]:
+    """The units with both ends split into vocabulary halves; a checkpointed end becomes
+    its two checkpointed halves (the parent's forward calls the halves' hooks, which a
+    recomputation must not call again)."""
+    split = split_vocab_units(units)
+    halves = {id(units[0]): split[:2], id(units[-1]): split[-2:]}
+    return split, [h for m in ckpt for h in halves.get(id(m), [m])]
 
 
 def _check_arguments(units: list[nn.Module], grad_accum_steps: int) -> None:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from yafsdp_impl import annotation_names as names
+from yafsdp_impl._vocab_split import VocabHalf
 
 # Norm weights and parameters outside every unit: gathered and reduced once per step.
 RESIDENT = names.RESIDENT
@@ -28,10 +29,20 @@ class ParamSlot:
     attr: str
     shape: torch.Size
     offset: int
+    # A vocabulary half (`split_vocab`) holds rows [first_row, first_row + shape[0]) of the
+    # parameter `name`, whose whole shape is `whole`; None for a parameter held whole.
+    whole: torch.Size | None = None
+    first_row: int = 0
 
     @property
     def numel(self) -> int:
         return self.shape.numel()
+
+    def value_of(self, whole_value: torch.Tensor) -> torch.Tensor:
+        """The part of the named parameter's whole value this slot holds."""
+        if self.whole is None:
+            return whole_value
+        return whole_value[self.first_row : self.first_row + self.shape[0]]
 
 
 def frozen_param(slot: ParamSlot) -> nn.Parameter:
@@ -74,6 +85,11 @@ class Layout:
     @property
     def master_numel(self) -> int:
         return sum(u.shard_numel for u in self.units)
+
+    @property
+    def vocab_split(self) -> bool:
+        """Whether the ends were split into vocabulary halves (`split_vocab_units`)."""
+        return any(s.whole is not None for u in self.units for s in u.slots)
 
 
 def _padded(numel: int, world_size: int) -> int:
@@ -125,6 +141,10 @@ def build_layout(
             if param is None:
                 continue
             name = f"{mod_name}.{attr}" if mod_name else attr
+            whole, first_row = None, 0
+            if isinstance(module, VocabHalf):  # named as the parameter it holds rows of
+                name = f"{mod_name.rpartition('.')[0]}.{attr}".lstrip(".")
+                whole, first_row = module.whole[attr], module.first_row
             if id(param) in first_name:
                 raise ValueError(
                     f"parameter {name!r} is the same tensor as {first_name[id(param)]!r}: "
@@ -138,7 +158,7 @@ def build_layout(
             owner = unit_of.get(id(module))
             target = resident if owner is None or is_norm(module) else slots[owner]
             offset = sum(s.numel for s in target)
-            target.append(ParamSlot(name, module, attr, param.shape, offset))
+            target.append(ParamSlot(name, module, attr, param.shape, offset, whole, first_row))
 
     layouts = []
     master_offset = 0
@@ -169,5 +189,5 @@ def copy_into_shard(
     for s in unit.slots:
         lo, hi = max(start, s.offset), min(end, s.offset + s.numel)
         if lo < hi:
-            src = values[s.name].reshape(-1)[lo - s.offset : hi - s.offset]
+            src = s.value_of(values[s.name]).reshape(-1)[lo - s.offset : hi - s.offset]
             shard[lo - start : hi - start].copy_(src)

@@ -16,12 +16,20 @@ through it in chunks, as `ends_shared` does. The same collectives per layer.
 `half_staging`: the `min_bytes` plan with a staging buffer of half a layer: every layer is
 reduce-scattered in two pieces (one more reduce-scatter per layer), for half a layer of
 reduce-dtype bytes less. A mode for memory pressure.
+`split_vocab`: `alternating` over a layout whose ends were split into vocabulary halves
+(`split_vocab_units`: the engine splits them when this plan is named), so the buffers are
+sized by the largest of a layer and half an end. Two lookups and two GEMMs of half width;
+two more reduce-scatters a step (one per end) and four more all-gathers: the second
+embedding half in forward and backward, the second output half, and the last layer, no
+longer among the two units kept gathered into backward (one layer's bytes more a step).
+Another mode for memory pressure.
 
 `min_bytes` is the plan of `alternating`, `lean_alternating` and `ends_shared` that holds
 the fewest bytes (none of them adds a collective per layer). Without a memory budget it is
 chosen. With one (`choose_for_budget`), `separate_ends` where the engine's memory with it
-fits the budget, else `min_bytes`; `half_staging` only when asked for by name. `plan_buffers` is the
-one entry point: the engine and a planner that predicts the engine's memory both call it.
+fits the budget, else `min_bytes`; `half_staging` and `split_vocab` only when asked for by
+name. `plan_buffers` is the one entry point: the engine and a planner that predicts the
+engine's memory both call it.
 """
 
 from __future__ import annotations
@@ -38,7 +46,16 @@ PLANS = (
     "ends_shared",
     "separate_ends",
     "half_staging",
+    "split_vocab",
 )
+# The plans whose layout has its ends split into vocabulary halves.
+SPLIT_PLANS = ("split_vocab",)
+
+
+def splits_vocab(buffer_plan: str) -> bool:
+    """Whether `buffer_plan` runs on units whose ends are split into vocabulary halves
+    (`split_vocab_units`): the engine splits them, and a planner must lay them out so."""
+    return buffer_plan in SPLIT_PLANS
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +107,14 @@ def half_staging(layout: Layout, base: BufferPlan) -> BufferPlan | None:
     return BufferPlan("half_staging", base.buffer_numel, base.buffer_of, chunk * world)
 
 
+def split_vocab(layout: Layout) -> BufferPlan | None:
+    """None unless the layout's ends were split into vocabulary halves."""
+    if not layout.vocab_split:
+        return None
+    plan = alternating(layout)
+    return BufferPlan("split_vocab", plan.buffer_numel, plan.buffer_of, plan.staging_numel)
+
+
 def ends_shared(layout: Layout) -> BufferPlan | None:
     """None where there is no middle to alternate (fewer than three units)."""
     sizes = [u.padded_numel for u in layout.units]
@@ -120,8 +145,16 @@ def choose_plan(
 ) -> BufferPlan:
     if choice not in PLANS:
         raise ValueError(f"buffer_plan={choice!r} is unknown; choose one of {', '.join(PLANS)}")
+    if (choice in SPLIT_PLANS) != layout.vocab_split:
+        raise ValueError(
+            f"buffer_plan={choice!r} needs a layout whose ends are "
+            f"{'split' if choice in SPLIT_PLANS else 'whole'}: split them with "
+            "split_vocab_units for split_vocab alone"
+        )
     if choice == "alternating":
         return alternating(layout)
+    if choice == "split_vocab":
+        return split_vocab(layout)  # type: ignore[return-value]  # vocab_split: not None
     smallest = min(
         [p for p in (alternating(layout), lean_alternating(layout), ends_shared(layout)) if p],
         key=lambda p: p.nbytes(param_bytes, reduce_bytes, world_size),
@@ -148,8 +181,9 @@ class PlanChoice:
     budget_bytes: int | None
     plan_bytes: int  # the engine's memory with the plan (see `engine_bytes`)
     rejected_bytes: int | None
-    # the plan holding the fewest bytes the engine can run (`half_staging`, where there is a
-    # layer), and the engine's memory with it: what the chosen plan spends beyond need
+    # the plan holding the fewest bytes the engine can run with its ends whole
+    # (`half_staging`, where there is a layer; on a split layout, the plan itself), and the
+    # engine's memory with it: what the chosen plan spends beyond need
     smallest: BufferPlan | None = None
     smallest_bytes: int | None = None
 
@@ -227,6 +261,8 @@ def plan_buffers(
         size = engine_bytes(layout, plan, param_bytes=p, reduce_bytes=r,
                             native=native_reduce_scatter)  # fmt: skip
         choice = PlanChoice(plan, None, budget_bytes, size, None)
+    if layout.vocab_split:  # the other plans hold whole ends: none to compare with here
+        return replace(choice, smallest=choice.plan, smallest_bytes=choice.plan_bytes)
     smallest = half_staging(layout, choose_plan(layout, "min_bytes", param_bytes=p,
                                                 reduce_bytes=r, world_size=world))  # fmt: skip
     if smallest is None:

@@ -34,7 +34,12 @@ def _gather_named(
         full = torch.empty(unit.padded_numel, dtype=shard.dtype, device=shard.device)
         _collectives.all_gather(full, shard.contiguous(), group, async_op=False)
         for s in unit.slots:
-            out[s.name] = full[s.offset : s.offset + s.numel].view(s.shape).cpu().clone()
+            value = full[s.offset : s.offset + s.numel].view(s.shape).cpu()
+            if s.whole is None:
+                out[s.name] = value.clone()
+            else:  # a vocabulary half: its rows of the whole parameter
+                whole = out.setdefault(s.name, value.new_empty(s.whole))
+                s.value_of(whole).copy_(value)
     return out
 
 
@@ -122,4 +127,5 @@ def full_optim_state_dict(
 
 
 def _all_names(layout: Layout) -> list[str]:
-    return [s.name for u in [*layout.units, layout.resident] for s in u.slots]
+    """Each parameter's name once (a parameter split by vocabulary has two slots)."""
+    return list(dict.fromkeys(s.name for u in [*layout.units, layout.resident] for s in u.slots))

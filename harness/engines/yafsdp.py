@@ -8,7 +8,7 @@
 | activation checkpointing | `checkpoint_wrapper` (non-reentrant) inside the unit, applied by the harness for every engine | accelerate's `apply_activation_checkpointing` on the wrapped model |
 | gradient division | summed, divided once by P x accumulation at the end, so the loss is not pre-scaled | the engine's design |
 | clipping | the engine's `clip_grad_norm_`: shard norms summed during backward, then one scalar all-reduce and one scale | the engine's API |
-| buffer plan | `engine.buffer_plan` (default `auto`: the engine's choice for its memory budget, `engine.memory_budget_gb`, else 90% of the device's memory less what the planner predicts the rest of the step holds: `harness.plan.planner.yafsdp_memory_budget`): `separate_ends` (embedding and output a buffer each, the layers alternating two layer-sized ones) where it fits, else `min_bytes` (the smallest of `alternating`, `lean_alternating` and `ends_shared`); `half_staging` only by name; the settings name the plan held and the smallest one | the engine's API |
+| buffer plan | `engine.buffer_plan` (default `auto`: the engine's choice for its memory budget, `engine.memory_budget_gb`, else 90% of the device's memory less what the planner predicts the rest of the step holds: `harness.plan.planner.yafsdp_memory_budget`): `separate_ends` (embedding and output a buffer each, the layers alternating two layer-sized ones) where it fits, else `min_bytes` (the smallest of `alternating`, `lean_alternating` and `ends_shared`); `half_staging` and `split_vocab` (the embedding and the output projection each split into two vocabulary-half units, so buffers are sized by the larger of a layer and half an end) only by name; the settings name the plan held and the smallest one | the engine's API |
 | step start | gathers start at the next forward (default). With `YaFSDPEngine(prefetch_next_step=True)` the step ends with the engine's `prefetch_next_step()` then `wait_in_flight()`: the next step's first gathers are issued and waited inside this step's clock, so no work escapes it (on CPU no device synchronisation would wait for gloo's threads). Off by default: on a shared 2-core CPU (llama_small fp32, 2 ranks, interleaved with the default) it took 0.93 of the default's step at seq 256 (one run) and 0.96 and 0.99 at seq 1024 (two runs), inside that machine's run-to-run noise; to be measured on a quiet machine before it is turned on | this project's fairness rule (the timed step is the same work for every engine) |
 | optimizer | the harness's AdamW (`adamw_impl`, fused by default) as one call over the flat fp32 master shards, one per unit plus the resident one | the engine's design |
 """
@@ -62,7 +62,7 @@ class YaFSDPEngine:
             after_step=prefetch_and_wait if self.prefetch_next_step else lambda: None,
             memory_breakdown=engine.memory_report,
             settings={
-                "units": unit_names,
+                "units": [unit.name for unit in engine.layout.units],  # split_vocab's halves
                 "resident_unit": "norm weights (by type) and parameters outside every unit",
                 "param_dtype": dtype_name(ctx.param_dtype),
                 "reduce_dtype": dtype_name(ctx.reduce_dtype),

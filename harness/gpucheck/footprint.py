@@ -69,7 +69,11 @@ def yafsdp_bytes(
     resident), and the buffer plan `plan` (any of the engine's named plans)."""
     d, v = shape.dim, shape.vocab_size
     padded = lambda n: max(p, ceil_div(n, p) * p)  # noqa: E731
-    units = [v * d] + [shape.layer_params() - 2 * d] * shape.n_layers + [v * d]
+    layers = [shape.layer_params() - 2 * d] * shape.n_layers
+    # split_vocab: each end is two units of half the vocabulary's rows (the low one the
+    # larger where the vocabulary is odd), the buffers alternating as `alternating`'s
+    halves = [ceil_div(v, 2) * d, v // 2 * d]
+    units = [*halves, *layers, *halves] if plan == "split_vocab" else [v * d, *layers, v * d]
     res = padded(shape.n_layers * 2 * d + d)
     shards = sum(padded(n) for n in units) // p + res // p
     # the compute-dtype copy of the master the gathers read (fp32 gathers read the master)
@@ -80,7 +84,7 @@ def yafsdp_bytes(
     # the layers alternating two layer-sized ones (ends_shared), or a buffer each
     # (separate_ends). min_bytes: the first three's smallest; half_staging: min_bytes with
     # a staging of half a layer's shard per rank, rounded up.
-    big, layer, ends = max(padded(n) for n in units), padded(units[1]), padded(v * d)
+    big, layer, ends = max(padded(n) for n in units), padded(layers[0]), padded(v * d)
     plans = {"alternating": (2 * big, big), "lean_alternating": (2 * big, layer),
              "ends_shared": (ends + 2 * layer, layer),
              "separate_ends": (2 * ends + 2 * layer, layer)}  # fmt: skip
@@ -90,6 +94,7 @@ def yafsdp_bytes(
     )
     plans["min_bytes"] = smallest
     plans["half_staging"] = (smallest[0], ceil_div(layer // p, 2) * p)
+    plans["split_vocab"] = plans["alternating"]  # over the split units
     buffers, staging = plans[plan]
     return {
         "weights": (buffers + res) * param_bytes,
@@ -102,7 +107,7 @@ def yafsdp_bytes(
         + low_precision_gathers,
         # memory_report counts every state tensor: the moments and a 4-byte fp32 step
         # counter per master parameter (one per unit and one for the resident unit)
-        "optimizer": shards * FP32 * ADAM_MOMENTS + (shape.n_layers + 3) * FP32,
+        "optimizer": shards * FP32 * ADAM_MOMENTS + (len(units) + 1) * FP32,
     }
 
 

@@ -12,8 +12,9 @@ kernel time and the idle time before it by cause.
 one point's rows and why each baseline's step differs. A calibration measured on other
 hardware (another backend or GPU) is refused unless `--allow-other-hardware`, which makes
 the first line a warning. `--own-min-ckpt` plans each engine at its own fewest
-checkpointed layers that fit (yafsdp with the buffer plan its engine chooses there) and
-compares the engines so, as a user choosing between them would.
+checkpointed layers that fit (yafsdp: the faster of the plan its engine chooses and each
+pressure plan, each at its own fewest layers) and compares the engines so, as a user
+choosing between them would.
 """
 
 from __future__ import annotations

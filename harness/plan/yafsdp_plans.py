@@ -15,9 +15,12 @@ from harness.plan.calibrate.calibration import Calibration
 if TYPE_CHECKING:
     from harness.plan.planner import PlanRow
 
-# The plan holding the fewest bytes the engine can run, where the model has a layer.
-SMALLEST_PLAN = "half_staging"
-NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", SMALLEST_PLAN)
+# The pressure plans: `half_staging` holds the fewest bytes of the plans that keep the ends
+# whole, `split_vocab` (the ends split into vocabulary halves) can hold fewer where an end is
+# larger than a layer. yafsdp's smallest plan is the one of them with the lower peak.
+PRESSURE_PLANS = ("half_staging", "split_vocab")
+NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends",
+               *PRESSURE_PLANS)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,17 +78,46 @@ def smallest_plan_cell(cost: dict[str, Any] | None) -> str:
 
 def own_min_ckpt_rows(rows: list[PlanRow], measured: Calibration | None = None) -> list[PlanRow]:
     """Each row re-planned at its engine's own fewest checkpointed layers that fit (rows that
-    fit at no count, or whose device memory is unknown, stay as they are)."""
+    fit at no count, or whose device memory is unknown, stay as they are). yafsdp left to
+    `auto` may also run a pressure plan by name, which fits with fewer layers but adds
+    collectives: its row is the faster of `auto` and each pressure plan, each at its own
+    fewest layers, as a user choosing would run it."""
     from harness.plan.planner import plan_row
 
     out = []
     for row in rows:
-        n = row.min_ckpt_layers_to_fit
-        if n is None or n == row.cfg.ckpt_layers:
-            out.append(row)
-        else:
-            out.append(plan_row(replace(row.cfg, ckpt_layers=n), measured))
+        candidates = [(row.cfg, row.min_ckpt_layers_to_fit)]
+        if row.cfg.engine.name == "yafsdp" and row.cfg.engine.buffer_plan == "auto":
+            candidates += _pressure_plans_at_their_fewest_layers(row.cfg, measured)
+        planned = [
+            row if n == row.cfg.ckpt_layers and cfg is row.cfg
+            else plan_row(replace(cfg, ckpt_layers=n), measured)
+            for cfg, n in candidates
+            if n is not None
+        ]  # fmt: skip
+        out.append(min(planned, key=_step_s) if planned else row)
     return out
+
+
+def _step_s(row: PlanRow) -> float:
+    """A row's predicted step, for choosing the faster (unknown: never chosen over a known)."""
+    time = row.time
+    return time.iteration_time_s if time is not None else float("inf")
+
+
+def _pressure_plans_at_their_fewest_layers(
+    cfg: JobConfig, measured: Calibration | None
+) -> list[tuple[JobConfig, int | None]]:
+    from harness.plan.planner import smallest_fitting_ckpt
+
+    jobs = [with_plan(cfg, plan) for plan in PRESSURE_PLANS]
+    return [(job, smallest_fitting_ckpt(job, measured)) for job in jobs]
+
+
+def smallest_plan(cfg: JobConfig, measured: Calibration | None = None) -> PlanCost:
+    """yafsdp's plan with the lowest peak at the job's point, of the pressure plans."""
+    costs = plan_costs(cfg, measured, PRESSURE_PLANS)
+    return min(costs.values(), key=lambda c: c.peak_bytes)
 
 
 def add_plans(rows: list[PlanRow], measured: Calibration | None = None) -> None:
@@ -93,4 +125,4 @@ def add_plans(rows: list[PlanRow], measured: Calibration | None = None) -> None:
     for row in rows:
         if row.cfg.engine.name == "yafsdp":
             row.buffer_plan = held_plan(row.cfg, measured)
-            row.smallest_plan = asdict(plan_cost(row.cfg, SMALLEST_PLAN, measured))
+            row.smallest_plan = asdict(smallest_plan(row.cfg, measured))

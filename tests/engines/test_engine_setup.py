@@ -144,7 +144,7 @@ def test_the_budget_picks_yafsdps_plan_and_the_job_records_it() -> None:
             assert session.ctx.memory_budget_bytes == int(budget_gb * 2**30)
             plan = session.settings["buffer_plan"]
             assert want in plan and "budget" in plan and "over " in plan
-            assert not plan.startswith("half_staging")
+            assert not plan.startswith(("half_staging", "split_vocab"))  # only by name
             seen[want] = plan
     assert len(seen) == 2
 
@@ -160,3 +160,21 @@ def test_fsdp1_names_the_decoder_layer_class_it_wrapped(ckpt_layers: int) -> Non
         session = Session.build(cfg, 0, 2, torch.device("cpu"))
     wrap = session.settings["auto_wrap"]
     assert wrap == "token embedding, each TransformerBlock, output projection", wrap
+
+
+def test_a_named_split_vocab_plan_is_held_and_recorded() -> None:
+    """engine.buffer_plan=split_vocab: the engine splits the embedding and the output into
+    vocabulary halves (two units more), holds the plan whatever the budget, and the settings
+    name it, the units the engine runs (each end's two halves, by their module paths, as its
+    ranges name them), and no smaller plan beside it (the plans that keep the ends whole are compared by name)."""
+    from harness.rank.session import Session
+
+    with fake_world(2):
+        cfg = JobConfig(engine=ENGINES[YAFSDP].config(), gpus=2, dtype="fp32")
+        cfg.engine.buffer_plan = "split_vocab"
+        session = Session.build(cfg, 0, 2, torch.device("cpu"))
+        plan = session.settings["buffer_plan"]
+        assert plan.startswith("split_vocab: buffers 2×") and "smallest" not in plan, plan
+        units = session.settings["units"]
+        assert units[:2] == ["tok_embeddings.vocab_lo", "tok_embeddings.vocab_hi"], units
+        assert units[-2:] == ["output.vocab_lo", "output.vocab_hi"], units

@@ -50,15 +50,16 @@ def test_fsdp1_units_must_cover_the_model_once():
 
 @pytest.mark.parametrize("p", [8, 64])
 @pytest.mark.parametrize("dtype, param_bytes", [(torch.bfloat16, 2), (torch.float32, 4)])
-def test_yafsdp_arithmetic_equals_the_engine_on_meta(p, dtype, param_bytes):
+@pytest.mark.parametrize("plan", ["min_bytes", "split_vocab"])
+def test_yafsdp_arithmetic_equals_the_engine_on_meta(p, dtype, param_bytes, plan):
     """The engine's memory_report on the meta device (no memory) at P ranks, rank P-1."""
     dist.init_process_group("fake", store=FakeStore(), rank=p - 1, world_size=p)
     try:
         shape = get_shape("llama_small")
         model = build_model(shape, device="meta")
         units = [model.tok_embeddings, *model.layers, model.output]
-        engine = YaFSDP(model, units, device="meta", param_dtype=dtype)
-        want = footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes)
+        engine = YaFSDP(model, units, device="meta", param_dtype=dtype, buffer_plan=plan)
+        want = footprint.yafsdp_bytes(shape, p, param_bytes=param_bytes, plan=plan)
         want.pop("optimizer")
         assert byte_classes(engine.memory_report()) == want
     finally:

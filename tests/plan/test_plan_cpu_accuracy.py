@@ -32,7 +32,14 @@ CASES = [
     for (m, c), s, e in itertools.product(MODEL_CKPT, (128, 512), shared_test_engines())
 ]
 SMALL = {"model": "llama_small", "seq_len": 128, "ckpt_layers": 0}
-NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends", "half_staging")
+NAMED_PLANS = (
+    "alternating",
+    "lean_alternating",
+    "ends_shared",
+    "separate_ends",
+    "half_staging",
+    "split_vocab",
+)
 CASES += [{**SMALL, "engine": e, "dtype": "bf16"} for e in ("yafsdp", "fsdp1", "fsdp2")]
 CASES += [
     {**SMALL, "engine": "yafsdp", "dtype": d, "buffer_plan": plan}

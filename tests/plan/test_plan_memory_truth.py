@@ -12,7 +12,8 @@ import pytest
 from harness.plan.cli import job_configs, main
 from harness.plan.fit import memory_line_and_errors
 from harness.plan.memory.model import NEAR_CAPACITY, estimate_memory
-from harness.plan.planner import memory_case
+from harness.plan.planner import memory_case, predict_time, smallest_fitting_ckpt
+from harness.plan.yafsdp_plans import PRESSURE_PLANS, plan_cost
 
 GIB = 2**30
 POINT = ("hardware=a100_80gb", "model=llama2_70b", "gpus=256", "seq_len=4096")
@@ -48,16 +49,29 @@ def test_own_min_ckpt_plans_each_engine_at_its_fewest_layers_that_are_not_tight(
         assert r["fit_verdict"] == "yes"
     (cfg,) = job_configs([*POINT, "engine=yafsdp"])
     for r in rows:
-        fewer = replace(cfg, engine=replace(cfg.engine, name=r["engine"], label=r["engine"]),
-                        ckpt_layers=r["ckpt_layers"] - 1)  # fmt: skip
+        # one layer fewer does not fit, with the plan the row runs (yafsdp may run a
+        # pressure plan by name; its auto plan is recorded as the plan auto held)
+        plan = r["buffer_plan"] if r.get("buffer_plan") in PRESSURE_PLANS else "auto"
+        engine = replace(cfg.engine, name=r["engine"], label=r["engine"], buffer_plan=plan)
+        fewer = replace(cfg, engine=engine, ckpt_layers=r["ckpt_layers"] - 1)
         peak = estimate_memory(memory_case(fewer)).peak_bytes
         assert peak >= NEAR_CAPACITY * r["device_memory_bytes"], r["engine"]
     yafsdp = next(r for r in rows if r["engine"] == "yafsdp")
     assert set(yafsdp["speedup_vs"]) == {"fsdp1", "fsdp2"}
     smallest = yafsdp["smallest_plan"]
-    assert smallest["plan"] == "half_staging" and yafsdp["buffer_plan"]
+    assert smallest["plan"] in PRESSURE_PLANS and yafsdp["buffer_plan"]
+    (at_min,) = job_configs([*POINT, "engine=yafsdp", f"ckpt_layers={yafsdp['ckpt_layers']}"])
+    peaks = [plan_cost(at_min, p).peak_bytes for p in PRESSURE_PLANS]
+    assert smallest["peak_bytes"] == min(peaks)
     assert smallest["peak_bytes"] <= yafsdp["peak_memory_bytes"]
     assert smallest["iteration_time_s"] >= yafsdp["iteration_time_s"] * 0.999
+    # yafsdp's row is no slower than any pressure plan at that plan's own fewest layers
+    for plan in PRESSURE_PLANS:
+        (job,) = job_configs([*POINT, "engine=yafsdp", f"engine.buffer_plan={plan}"])
+        n = smallest_fitting_ckpt(job)
+        time = predict_time(replace(job, ckpt_layers=n)) if n is not None else None
+        if time is not None:
+            assert yafsdp["iteration_time_s"] <= time.iteration_time_s * (1 + 1e-9), plan
 
 
 def test_a_tight_job_is_refused_by_the_dry_run_with_the_layers_that_fit() -> None:

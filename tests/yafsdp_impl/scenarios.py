@@ -373,6 +373,7 @@ def engine_suite(rank: int, world_size: int) -> dict:
         r["separate_ends"] = train_plan(name, rank, "separate_ends")
         r["lean_alternating"] = train_plan(name, rank, "lean_alternating")
         r["half_staging"] = train_plan(name, rank, "half_staging")
+        r["split_vocab"] = train_plan(name, rank, "split_vocab")
         r["n_units"] = len(engine.layout.units)
         r["unit_names"] = [unit.name for unit in engine.layout.units]
         out[name] = r

@@ -174,14 +174,20 @@ def yafsdp_budget(case: MemoryCase, device_memory_bytes: int) -> int:
 
 def _largest_weight_grads(case: MemoryCase) -> dict[str, int]:
     """The gradient autograd makes for one weight before it is added into its place: the
-    largest weight of each part, in the param dtype."""
+    largest weight of each part, in the param dtype (split_vocab: half a table's rows)."""
     shape = shape_of(case.model)
     p = DTYPE_BYTES[case.dtype]
     from harness.models.units import block_param_shapes
 
     largest_block = max(_numel(s) for s in block_param_shapes(shape))
-    table = shape.vocab_size * shape.dim
-    return {"block": largest_block * p, "table": table * p}
+    rows = -(-shape.vocab_size // 2) if _splits_vocab(case) else shape.vocab_size
+    return {"block": largest_block * p, "table": rows * shape.dim * p}
+
+
+def _splits_vocab(case: MemoryCase) -> bool:
+    from yafsdp_impl import splits_vocab
+
+    return case.engine.startswith("yafsdp") and splits_vocab(case.buffer_plan)
 
 
 def _numel(dims: tuple[int, ...]) -> int:
@@ -207,6 +213,10 @@ def yafsdp_memory(case: MemoryCase) -> EngineMemory:
         f"backward: {LAYERS}": {"unsharded_grads": grads["block"]},
         f"backward: {EMBEDDING}": {"unsharded_grads": grads["table"]},
     }
+    if _splits_vocab(case):  # the halves' logits are concatenated: one more logits' bytes
+        tokens = case.seq_len * case.micro_batch
+        logits = tokens * shape_of(case.model).vocab_size * DTYPE_BYTES[case.dtype]
+        in_flight["forward: projection"] = {"logits_loss": logits}
     return static, in_flight
 
 

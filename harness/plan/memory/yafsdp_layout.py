@@ -9,13 +9,19 @@ from harness.plan.memory.activations import DTYPE_BYTES
 
 
 @functools.lru_cache(maxsize=16)
-def _meta_model(model: str):  # noqa: ANN202 (torch stays a lazy import)
-    """The model on meta; a preset's native and Hugging Face builds lay out alike (same
-    parameter shapes), an hf:<path> config only as its own Hugging Face model."""
-    from harness.models.build import build_job_model
+def _meta_model(model: str, split_vocab: bool = False):  # noqa: ANN202 (torch stays lazy)
+    """The model on meta and its units; a preset's native and Hugging Face builds lay out
+    alike (same parameter shapes), an hf:<path> config only as its own Hugging Face model.
+    `split_vocab`: the ends split into vocabulary halves, as the engine splits them for
+    that plan (a model of its own: the split changes the modules in place)."""
+    from harness.models.build import build_job_model, decoder_parts
     from harness.models.shapes import is_hf_config
+    from yafsdp_impl import split_vocab_units
 
-    return build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
+    m = build_job_model(model, "hf" if is_hf_config(model) else "native")[0]
+    parts = decoder_parts(m)
+    units = [parts.embed, *parts.layers, parts.head]
+    return m, split_vocab_units(units) if split_vocab else units
 
 
 @functools.lru_cache(maxsize=64)
@@ -34,12 +40,10 @@ def yafsdp_layout(
     import torch
 
     from harness.dtypes import DTYPES
-    from harness.models.build import decoder_parts
-    from yafsdp_impl import Buffers, build_layout, plan_buffers
+    from yafsdp_impl import Buffers, build_layout, plan_buffers, splits_vocab
 
-    m = _meta_model(model)
-    parts = decoder_parts(m)
-    layout = build_layout(m, [parts.embed, *parts.layers, parts.head], world_size)
+    m, units = _meta_model(model, splits_vocab(buffer_plan))
+    layout = build_layout(m, units, world_size)
     p, r = DTYPE_BYTES[dtype], DTYPE_BYTES[reduce_dtype]
     choice = plan_buffers(layout, buffer_plan, budget_bytes, param_bytes=p, reduce_bytes=r,
                           native_reduce_scatter=native_reduce_scatter)  # fmt: skip

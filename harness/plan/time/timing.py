@@ -159,8 +159,13 @@ def build_program(
 
 def yafsdp_schedule(case: TimeCase, costs: ModelCosts, ctx: StepContext) -> list[Op]:
     """The engine's own schedule, run on the meta device (`yafsdp_program.py`)."""
-    from harness.plan.time.programs.yafsdp import yafsdp_program
+    from harness.plan.time.programs.yafsdp import vocab_split_costs, yafsdp_program
+    from yafsdp_impl import splits_vocab
 
+    if splits_vocab(case.buffer_plan):
+        shape = shape_of(case.model)
+        costs = vocab_split_costs(costs, ctx, tokens=case.seq_len * case.micro_batch,
+                                  dim=shape.dim, vocab=shape.vocab_size)  # fmt: skip
     return yafsdp_program(costs, case.model, case.dtype, case.reduce_dtype, ctx,
                           case.memory_budget_bytes, case.buffer_plan)  # fmt: skip
 

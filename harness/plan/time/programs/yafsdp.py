@@ -27,6 +27,7 @@ from typing import Any
 from harness.models.unit_names import unit_names
 from harness.plan.time.programs.common import (
     ModelCosts,
+    PartCost,
     Program,
     StepContext,
     adamw_step,
@@ -150,14 +151,50 @@ def skeleton(
     return (*named, ("optimizer", shard))
 
 
+def _plus(part: PartCost, seconds: float, kernels: int = 1) -> PartCost:
+    """`part` with `kernels` more kernels taking `seconds` in all."""
+    return PartCost(part.seconds + seconds, part.kernels + kernels,
+                    part.times + ((seconds, 1.0),) * (1 if kernels else 0))  # fmt: skip
+
+
+def _half(part: PartCost) -> PartCost:
+    """Half of each kernel's work: a GEMM of half the vocabulary, half a table."""
+    return PartCost(part.seconds / 2, part.kernels, tuple((s / 2, w) for s, w in part.times))
+
+
+def vocab_split_costs(
+    costs: ModelCosts, ctx: StepContext, *, tokens: int, dim: int, vocab: int
+) -> ModelCosts:
+    """The model's costs with the ends split into vocabulary halves (`split_vocab`), each
+    half a part: both embedding halves look every token up (the high half also keeps, per
+    token, the half holding its row: a `where` over the tokens' rows, and its backward two
+    more), each backward fills half a table's gradient and scatters the tokens' rows once
+    more; the output halves are GEMMs of half the vocabulary, the high one concatenating the
+    two halves' logits (a read and a write of them) before the loss."""
+    p = ctx.param_bytes
+    rows_s, logits_s = ctx.memory_s(3 * tokens * dim * p), ctx.memory_s(2 * tokens * vocab * p)
+    emb_f, emb_b = costs.forward[0], costs.backward[0]
+    head_f, head_b = costs.forward[-1], costs.backward[-1]  # each with the loss
+    forward = [emb_f, _plus(emb_f, rows_s), *costs.forward[1:-1],
+               _half(head_f), _plus(_half(head_f), logits_s)]  # fmt: skip
+    backward = [_half(emb_b), _plus(_half(emb_b), 3 * rows_s, 3), *costs.backward[1:-1],
+                _half(head_b), _half(head_b)]  # fmt: skip
+    return ModelCosts(forward, backward)
+
+
 def yafsdp_program(
     costs: ModelCosts, model: str, dtype: str, reduce_dtype: str, ctx: StepContext,
     budget_bytes: int | None = None, buffer_plan: str = "auto",
 ) -> list[Op]:  # fmt: skip
+    """`costs` are per unit: with a split plan, `vocab_split_costs`'s."""
+    from yafsdp_impl import split_unit_names, splits_vocab
+
     events = skeleton(model, ctx.world_size, dtype, reduce_dtype, ctx.grad_accum, buffer_plan,
                       budget_bytes)  # fmt: skip
     prog = Program(ctx)
-    names = unit_names(len(costs.forward) - 2)
+    split = splits_vocab(buffer_plan)
+    names = unit_names(len(costs.forward) - 2 - 2 * split)
+    names = split_unit_names(names) if split else names
     collectives: list[str] = []
     waiting: list[str] = []  # collectives the compute stream must wait for next
 
