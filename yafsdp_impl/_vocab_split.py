@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -41,14 +42,15 @@ class EmbeddingHalf(VocabHalf):
     def __init__(self, first_row: int, rows: int, whole: dict[str, torch.Size],
                  padding_idx: int | None) -> None:  # fmt: skip
         super().__init__(first_row, rows, whole)
-        inside = padding_idx is not None and 0 <= padding_idx - first_row < rows
-        self.padding_idx = padding_idx - first_row if inside else None
+        local = None if padding_idx is None else padding_idx - first_row
+        self.padding_idx = local if local is not None and 0 <= local < rows else None
 
     def forward(self, ids: torch.Tensor, below: torch.Tensor | None = None) -> torch.Tensor:
         # Tokens outside this half look up a clamped row; `where` (or the next half) drops
         # them, so their rows get exactly zero gradient.
         local = ids - self.first_row
-        rows = F.embedding(local.clamp(0, self.rows - 1), self.weight, self.padding_idx)
+        weight = cast(torch.Tensor, self.weight)  # a view the engine binds, maybe no Parameter
+        rows = F.embedding(local.clamp(0, self.rows - 1), weight, self.padding_idx)
         if below is None:
             return rows
         return torch.where((local >= 0).unsqueeze(-1), rows, below)
@@ -56,7 +58,8 @@ class EmbeddingHalf(VocabHalf):
 
 class LinearHalf(VocabHalf):
     def forward(self, x: torch.Tensor, below: torch.Tensor | None = None) -> torch.Tensor:
-        out = F.linear(x, self.weight, getattr(self, "bias", None))
+        bias = cast(torch.Tensor | None, getattr(self, "bias", None))
+        out = F.linear(x, cast(torch.Tensor, self.weight), bias)
         return out if below is None else torch.cat([below, out], dim=-1)
 
 

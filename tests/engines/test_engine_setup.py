@@ -166,7 +166,8 @@ def test_a_named_split_vocab_plan_is_held_and_recorded() -> None:
     """engine.buffer_plan=split_vocab: the engine splits the embedding and the output into
     vocabulary halves (two units more), holds the plan whatever the budget, and the settings
     name it, the units the engine runs (each end's two halves, by their module paths, as its
-    ranges name them), and no smaller plan beside it (the plans that keep the ends whole are compared by name)."""
+    ranges name them), and no smaller plan beside it (the plans that keep the ends whole
+    are compared by name)."""
     from harness.rank.session import Session
 
     with fake_world(2):
