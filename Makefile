@@ -8,8 +8,8 @@ DEMO_REPORT ?= $(DEMO_SWEEP)/report
 SAMPLE_REPORT := reports/cpu_demo
 # The planner's probe caches (XDG_CACHE_HOME, else ~/.cache).
 CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/yafsdp-bench
-# pytest-xdist workers for `make test` and `make test-fast` (tests/conftest.py says why 2).
-TEST_WORKERS ?= 2
+# pytest-xdist workers for `make test` and `make test-fast` (tests/conftest.py says why 3).
+TEST_WORKERS ?= 3
 
 .PHONY: install install-torch demo sample-report notebooks test test-fast bench lint check clean gpu-wheels gpu-check
 

@@ -1,10 +1,11 @@
 """Every test that starts processes is `slow` (`make test-fast` leaves them out; `make test`
 and CI run everything).
 
-`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most of its time
-is spent waiting (on SLURM, on timeouts, on processes starting), which the other worker's
-tests fill. Each test is grouped with its module, so a module's fixtures are built once; the
-tests that share the session's CPU jobs, or the one local SLURM node, each run in one worker.
+`make test` runs the suite on three pytest-xdist workers (`--dist loadgroup`), one more than
+this machine's two cores: much of its time is spent waiting (on SLURM, on timeouts, on
+processes starting), which the other workers' tests fill. Each test is grouped with its
+module, so a module's fixtures are built once; the tests that share the session's CPU jobs,
+or the one local SLURM node, each run in one worker.
 
 A test is marked when it uses a fixture that starts processes (named below, or one whose
 body does as a test's would), or when its body, or a function of its own module that it
