@@ -96,7 +96,7 @@ check: lint
 # ---- gpu-check on a GPU node (Python 3.12, torch with CUDA, maybe no network) -------------
 # `make gpu-wheels` (where there is network and the git clone) fetches the pure-Python
 # packages the node lacks into wheels/, with the clone's revision; copy the tree with
-# wheels/ there and run `make gpu-check`: suites A, B, D, then C, which takes what is left
+# wheels/ there and run `make gpu-check`: suites A, B, D, S, then C, which takes what is left
 # of the run's deadline (540 s by default: one 10-minute command, with the install and
 # start). The wheels are installed with --no-deps into a folder of their own, so the
 # node's torch is never touched.

@@ -1,7 +1,7 @@
 """`python -m harness.gpucheck [--suite A|B|C|D|S ...] [--deadline-s S] [--require-gpu]`, what
 `make gpu-check` runs.
 
-The suites run in the order asked (default A, B, D, C: the most valuable first); each
+The suites run in the order asked (default A, B, D, S, C: the most valuable first); each
 prints its estimated GPU minutes before it starts, and the report is written after every
 row, so a run cut short still leaves one. Suite C is elastic: it gets what the deadline
 leaves. Exit status: 0 when no check failed (a machine without CUDA skips the GPU checks

@@ -12,7 +12,7 @@ the SMs along that chain is a sum of per-link waits, independent across ranks:
   yandex/YaFSDP shows it won in one layer and lost in the next). A lost race waits that
   compute kernel's duration d, a won one nothing: d with probability p, the race-loss
   probability (1/2 with no reason to favour either; the one-GPU probe measures it,
-  `harness/gpucheck/suite_serial_backward.py`).
+  `harness/gpucheck/suite_s/probe.py`).
 The collective's expected start is E[max(own, T_2, ..., T_W)], where own is this rank's
 expected wait and T_r the others' (the sum of a uniform and Bernoulli-weighted durations);
 with F the distribution of T,
