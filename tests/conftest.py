@@ -80,6 +80,9 @@ def _worker_group(item: pytest.Function) -> str:
         return "slurm"  # one 2-CPU node: two workers' jobs would queue behind each other
     if "cpu_jobs" in getattr(item, "fixturenames", ()):
         return "cpu_jobs"  # a session fixture, built once per worker that asks for it
+    shared = getattr(item.module, "WORKER_GROUP", None)
+    if shared:
+        return str(shared)  # a module that reads another's cached runs names that module
     return item.module.__name__ if item.module is not None else item.nodeid
 
 

@@ -26,12 +26,16 @@ from tests.yafsdp_impl.test_engine_parity import (
 )
 from yafsdp_impl import YaFSDP, split_vocab_units
 
+# Reads test_engine_parity's cached rank suite (suite()): one xdist worker runs both.
+WORKER_GROUP = "tests.yafsdp_impl.test_engine_parity"
+
 ODD_VOCAB = 97  # halves of 49 and 48 rows
 PADDING = 60  # a row of the high half: its gradient stays exactly zero
 STEPS = 2
 LR = 1e-3
 
 
+@pytest.mark.slow  # the engine suite on ranks (suite() starts them; imported, so not seen)
 @params
 @models
 def test_split_vocab_buffer_plan_matches_reference(ws: int, name: str) -> None:
