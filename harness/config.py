@@ -31,6 +31,9 @@ BUFFER_PLANS = (
     "half_staging",
     "split_vocab",
 )
+# The plans a job holds as named: every plan but `auto` (chosen for the budget) and
+# `min_bytes` (the smallest of three).
+NAMED_BUFFER_PLANS = BUFFER_PLANS[2:]
 
 
 @dataclass(kw_only=True)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.config import NAMED_BUFFER_PLANS
 from harness.dtypes import DTYPES
 from harness.engines.registry import spec_of
 from harness.gpucheck import footprint
@@ -266,14 +267,7 @@ def run(
 WIDTH_MODEL, LAYERS, WORLD, SEQ_LEN = "llama3_70b", 4, 256, 4096
 REDUCED_LAYERS, REDUCED_WORLD = 2, 8  # with REDUCED_MODEL and REDUCED_SEQ_LEN above
 CAP_GIB = 80.0
-PRESSURE_PLANS = (
-    "alternating",
-    "lean_alternating",
-    "ends_shared",
-    "separate_ends",
-    "half_staging",
-    "split_vocab",
-)
+PRESSURE_PLANS = NAMED_BUFFER_PLANS
 PRESSURE_PROVES = (
     "reserved memory and allocator retries per engine and yafsdp buffer plan at a 70B-wide "
     "point under an 80 GiB cap (bytes by class equal to the arithmetic)"

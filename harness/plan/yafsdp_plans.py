@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from harness.config import JobConfig
+from harness.config import NAMED_BUFFER_PLANS, JobConfig
 from harness.plan.calibrate.calibration import Calibration
 
 if TYPE_CHECKING:
@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 # whole, `split_vocab` (the ends split into vocabulary halves) can hold fewer where an end is
 # larger than a layer. yafsdp's smallest plan is the one of them with the lower peak.
 PRESSURE_PLANS = ("half_staging", "split_vocab")
-NAMED_PLANS = ("alternating", "lean_alternating", "ends_shared", "separate_ends",
-               *PRESSURE_PLANS)  # fmt: skip
+NAMED_PLANS = NAMED_BUFFER_PLANS
 
 
 @dataclass(frozen=True)

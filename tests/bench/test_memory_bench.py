@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tabulate import tabulate
 
-from harness.config import JobConfig, ProfileConfig
+from harness.config import NAMED_BUFFER_PLANS, JobConfig, ProfileConfig
 from harness.engines.registry import ENGINES
 from harness.job.run import run_job
 from tests.bench.interleaved import interleaved_runs
@@ -28,14 +28,7 @@ from tests.distributed import run_on_ranks
 DTYPES = tuple(os.environ.get("BENCH_MEMORY_DTYPES", "fp32,bf16").split(","))
 SEQ_LEN = 128
 ENGINES_SHOWN = ("yafsdp", "fsdp1", "fsdp2")
-PLANS = (
-    "alternating",
-    "lean_alternating",
-    "ends_shared",
-    "separate_ends",
-    "half_staging",
-    "split_vocab",
-)
+PLANS = NAMED_BUFFER_PLANS
 # The plans that keep the ends whole, of which half_staging holds the fewest bytes.
 WHOLE_END_PLANS = PLANS[:-1]
 MIB = 2**20

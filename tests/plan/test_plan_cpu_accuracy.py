@@ -14,7 +14,7 @@ import itertools
 
 import pytest
 
-from harness.config import JobConfig
+from harness.config import NAMED_BUFFER_PLANS, JobConfig
 from harness.engines.registry import ENGINES
 from harness.plan.memory.model import estimate_memory
 from harness.plan.planner import memory_case
@@ -35,14 +35,7 @@ CASES = [
     for (m, s, c), e in itertools.product(POINTS, shared_test_engines())
 ]
 SMALL = {"model": "llama_small", "seq_len": 128, "ckpt_layers": 0}
-NAMED_PLANS = (
-    "alternating",
-    "lean_alternating",
-    "ends_shared",
-    "separate_ends",
-    "half_staging",
-    "split_vocab",
-)
+NAMED_PLANS = NAMED_BUFFER_PLANS
 CASES += [{**SMALL, "engine": e, "dtype": "bf16"} for e in ("yafsdp", "fsdp1", "fsdp2")]
 CASES += [
     {**SMALL, "engine": "yafsdp", "dtype": d, "buffer_plan": plan}
