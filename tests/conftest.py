@@ -25,7 +25,8 @@ import pytest
 
 PROCESS_FIXTURES = frozenset({"cpu_jobs", "jobs_in_the_repo", "calibration"})
 STARTERS = frozenset({"run_on_ranks", "train_jobs", "run_module", "multirun", "run_harness",
-                      "NotebookClient", "start_processes", "Popen", "check_output"})  # fmt: skip
+                      "NotebookClient", "start_processes", "Popen", "check_output",
+                      "profiled_tiny_jobs"})  # fmt: skip
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 # dotted starters: any subprocess; a gpucheck suite, which runs its engines on ranks
 _SUBPROCESS_RUN = re.compile(

@@ -2,15 +2,13 @@
 and the offline summary of those traces (as harness.results.table computes it) has the overlap."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.trace.__main__ import main
 from harness.trace.cache import job_profile
+from tests.trace.profiled_jobs import profiled_tiny_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("fsdp2", "fsdp2_tuned")
@@ -18,20 +16,7 @@ ENGINES = ("fsdp2", "fsdp2_tuned")
 
 @pytest.fixture(scope="module")
 def real_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("real_jobs")
-    jobs = {}
-    for engine in ENGINES:
-        job_dir = out / engine
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness", "model=llama_tiny", f"engine={engine}", "gpus=2",
-             "seq_len=128", "warmup_steps=1", "steps=2", "profile.steps=2", "profile.warmup=1",
-             f"hydra.run.dir={job_dir}"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-            text=True, timeout=300,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        jobs[engine] = job_dir
-    return jobs
+    return profiled_tiny_jobs(tmp_path_factory.mktemp("real_jobs"), ENGINES)
 
 
 @pytest.mark.slow

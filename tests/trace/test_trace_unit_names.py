@@ -11,9 +11,6 @@ planner's program and `--cycle`, and both jobs' traced units, name the same unit
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ from harness.trace.diagnose.attribute import StepAttribution
 from harness.trace.jobs import job_units_of, why
 from tests.plan.engine_capture import job
 from tests.plan.planned import program
+from tests.trace.profiled_jobs import profiled_tiny_jobs
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,20 +103,7 @@ NOT_MODULES = {"resident", "clip", "shards", "engine", "all", ""}  # the engines
 
 @pytest.fixture(scope="module")
 def real_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("unit_jobs")
-    jobs = {}
-    for engine in ENGINES:
-        job_dir = out / engine
-        proc = subprocess.run(
-            [sys.executable, "-m", "harness", "model=llama_tiny", f"engine={engine}", "gpus=2",
-             "seq_len=128", "warmup_steps=1", "steps=2", "profile.steps=2", "profile.warmup=1",
-             f"hydra.run.dir={job_dir}"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-            text=True, timeout=300,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        jobs[engine] = job_dir
-    return jobs
+    return profiled_tiny_jobs(tmp_path_factory.mktemp("unit_jobs"), ENGINES)
 
 
 def _unit_rows(job_dir: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
