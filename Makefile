@@ -75,11 +75,12 @@ notebooks: install
 # Everything (CI): unit tests, the multi-process end-to-end runs (@pytest.mark.slow), the
 # notebooks; the names of the slowest tests at the end.
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15
 
 # The unit tests alone: no test marked slow (those start ranks or whole sweeps).
 test-fast: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --durations=10
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow" \
+		--durations=10
 
 # Each benchmark prints its result as it finishes (tests/bench/conftest.py).
 bench: install

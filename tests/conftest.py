@@ -60,10 +60,17 @@ def starts_processes(fn: object, module: ModuleType | None, depth: int = 2) -> b
     return False
 
 
+# First: pytest-xdist's worker turns each test's xdist_group mark into its node id's
+# `@group` suffix in its own hook, which would otherwise run before this one adds the marks
+# (the root conftest registers before xdist's worker plugin, and pluggy calls the latest
+# first), leaving every test its own group.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, pytest.Function):
             item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    items[:] = longest_first(items)
+    for item in items:
         if not isinstance(item, pytest.Function) or item.get_closest_marker("slow"):
             continue
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -73,6 +80,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             or any(_fixture_starts_processes(item, name) for name in fixtures)
         ):
             item.add_marker(pytest.mark.slow)
+
+
+# The groups that ran longest in `make test` (its --durations, and each group's wall time on
+# its worker), longest first. They start first, so that none is left running alone at the
+# end; `make test` passes --no-loadscope-reorder, or xdist would start the groups with the
+# most tests first. The SLURM group mostly waits on its node, so it leads.
+LONGEST_FIRST = (
+    "slurm",
+    "tests.plan.test_plan_cpu_accuracy",
+    "tests.sweep.test_local_sweep",
+    "tests.yafsdp_impl.test_engine_parity",
+    "tests.sweep.test_aa_check",
+    "tests.sweep.test_interrupt_and_lock",
+    "tests.trace.test_trace_delay_pair",
+    "tests.plan.test_plan_cli",
+)
+
+
+def group_of(item: pytest.Item) -> str:
+    marks = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+    return str(marks[0]) if marks else item.nodeid
+
+
+def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items of LONGEST_FIRST's groups first, in its order; the rest as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    return sorted(items, key=lambda item: rank.get(group_of(item), len(rank)))
 
 
 def _worker_group(item: pytest.Function) -> str:
