@@ -48,14 +48,20 @@ def held_plan(cfg: JobConfig, measured: Calibration | None = None) -> str:
 
 def plan_cost(cfg: JobConfig, plan: str, measured: Calibration | None = None) -> PlanCost:
     """The job with `engine.buffer_plan=plan`: its peak and its step."""
-    from harness.plan.memory.model import estimate_memory
-    from harness.plan.planner import memory_case, predict_time
+    from harness.plan.planner import predict_time
 
     job = with_plan(cfg, plan)
-    peak = estimate_memory(memory_case(job, measured=measured)).peak_bytes
-    time = predict_time(job, measured)
+    peak = _peak_bytes(job, measured)
+    time = predict_time(job, measured, ablate=False)  # the step alone: no mechanism's cost
     held = held_plan(job, measured)
     return PlanCost(held, peak, time.iteration_time_s if time else None)
+
+
+def _peak_bytes(job: JobConfig, measured: Calibration | None) -> int:
+    from harness.plan.memory.model import estimate_memory
+    from harness.plan.planner import memory_case
+
+    return estimate_memory(memory_case(job, measured=measured)).peak_bytes
 
 
 def plan_costs(
@@ -114,9 +120,10 @@ def _pressure_plans_at_their_fewest_layers(
 
 
 def smallest_plan(cfg: JobConfig, measured: Calibration | None = None) -> PlanCost:
-    """yafsdp's plan with the lowest peak at the job's point, of the pressure plans."""
-    costs = plan_costs(cfg, measured, PRESSURE_PLANS)
-    return min(costs.values(), key=lambda c: c.peak_bytes)
+    """yafsdp's plan with the lowest peak at the job's point, of the pressure plans (the step
+    is predicted for that plan alone: the other's is not shown)."""
+    peaks = {plan: _peak_bytes(with_plan(cfg, plan), measured) for plan in PRESSURE_PLANS}
+    return plan_cost(cfg, min(peaks, key=peaks.__getitem__), measured)
 
 
 def add_plans(rows: list[PlanRow], measured: Calibration | None = None) -> None:
