@@ -180,6 +180,15 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
+def handle_stop_signals() -> None:
+    """SIGTERM, and SIGHUP (a closed terminal), end the sweep as Ctrl-C does; a signal this
+    process was started ignoring stays ignored, as Python leaves SIGINT: under `nohup` the
+    sweep outlives its terminal, and a `&` job in a script is not ended by Ctrl-C."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _raise_interrupted)
+
+
 def _after_interrupt(signal_name: str) -> None:
     """Say what was kept and how to go on; results.csv covers the jobs that finished."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second one must not cut
@@ -217,8 +226,7 @@ def main() -> None:
         print(f"[harness] refused: {'; '.join(errors)}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
     sys.argv[1:] = args
-    signal.signal(signal.SIGTERM, _raise_interrupted)
-    signal.signal(signal.SIGHUP, _raise_interrupted)  # a closed terminal, as Ctrl-C
+    handle_stop_signals()
     try:
         run()
     except (KeyboardInterrupt, Interrupted) as e:

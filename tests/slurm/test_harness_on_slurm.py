@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness.jobdir.result import Result, read_result
+from tests.processes import stop_signals_reach_children
 
 pytestmark = pytest.mark.slurm
 
@@ -210,7 +211,10 @@ def _sacct_state(slurm_id: str) -> str:
 
 def test_interrupting_the_sweep_cancels_its_slurm_jobs(slurm_cluster: None, tmp_path: Path):
     cmd = _command(tmp_path, "gpus=2", "fault.kind=hang", "collective_timeout_s=600")
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with stop_signals_reach_children():  # Ctrl-C reaches it, as from a terminal
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     deadline = time.monotonic() + 120
     # Interrupt once the job's ranks run (rank 0 reports its phase).
     while not list(tmp_path.glob("*/ranks/phase")):

@@ -15,21 +15,23 @@ from pathlib import Path
 import psutil
 
 from harness.sweep.dirlock import LOCK_FILE
-from tests.processes import REPO
+from tests.processes import REPO, signal_masks, stop_signals_reach_children
 from tests.sweep.test_local_sweep import TINY, multirun, rows
 
 GRID = ("engine=local,fsdp2",)
 
 
 def start_sweep(sweep_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", "-m", *TINY, *GRID, f"hydra.sweep.dir={sweep_dir}"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """The tiny two-job sweep, started as from a terminal: Ctrl-C and SIGHUP reach it."""
+    with stop_signals_reach_children():
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", "-m", *TINY, *GRID, f"hydra.sweep.dir={sweep_dir}"],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def _is_rank(p: psutil.Process) -> bool:
@@ -58,9 +60,10 @@ def test_interrupt_ends_the_job_whole_and_resume_completes_it(tmp_path: Path) ->
     runner = start_sweep(tmp_path)
     family = wait_for_ranks(runner, 2)
     time.sleep(1.0)
+    masks = signal_masks(runner.pid)
     runner.send_signal(signal.SIGINT)
     out, err = runner.communicate(timeout=60)
-    assert runner.returncode == 130, out[-2000:] + err[-3000:]
+    assert runner.returncode == 130, f"{masks}\n{out[-2000:]}{err[-3000:]}"
     _, alive = psutil.wait_procs(family, timeout=5)
     assert not alive, f"left running: {alive}"
     assert "Traceback" not in out + err, "no traceback of the runner, agent or ranks"
