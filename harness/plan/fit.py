@@ -74,7 +74,7 @@ def predicted_gpu_hours(cfg: JobConfig) -> dict[str, float] | None:
     from harness.plan.planner import predict_time
 
     try:
-        time = predict_time(cfg)
+        time = predict_time(cfg, ablate=False)  # the step alone: no mechanism's cost
     except (KeyError, ValueError):
         return None
     if time is None:
