@@ -17,6 +17,7 @@ subprocess, a gpucheck suite, or a notebook kernel. A test may also be marked by
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from types import FunctionType, ModuleType
@@ -25,7 +26,7 @@ import pytest
 
 PROCESS_FIXTURES = frozenset({"cpu_jobs", "jobs_in_the_repo", "calibration"})
 STARTERS = frozenset({"run_on_ranks", "train_jobs", "run_module", "multirun", "run_harness",
-                      "NotebookClient", "start_processes", "Popen", "check_output",
+                      "run_notebook", "start_processes", "Popen", "check_output",
                       "profiled_tiny_jobs"})  # fmt: skip
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 # dotted starters: any subprocess; a gpucheck suite, which runs its engines on ranks
@@ -34,6 +35,7 @@ _SUBPROCESS_RUN = re.compile(
 )
 
 
+@functools.cache  # a module's helpers are read once, not once per test that calls them
 def _source(fn: object) -> str:
     try:
         return inspect.getsource(inspect.unwrap(fn))  # type: ignore[arg-type]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import jupytext
 import pytest
-from nbclient import NotebookClient
+
+from tests.notebooks import run_notebook
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "sweep_results.py"
@@ -26,11 +26,7 @@ def _execute(sweep: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SWEEP_DIR", str(sweep))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline
-    nb = jupytext.read(NOTEBOOK)
-    NotebookClient(
-        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(REPO)}}
-    ).execute()
-    return nb
+    return run_notebook(NOTEBOOK, REPO)
 
 
 def test_a_sweep_with_no_ok_job_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,10 +45,7 @@ def test_sweep_notebook_runs_on_a_fixture_sweep(
     monkeypatch.setenv("SWEEP_DIR", str(sweep))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline
-    nb = jupytext.read(NOTEBOOK)
-    NotebookClient(
-        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(REPO)}}
-    ).execute()
+    nb = run_notebook(NOTEBOOK, REPO)
     text = outputs_text(nb.cells)
     assert (sweep / "results.csv").exists()  # built from the job directories on the way
     assert f"{sweep / 'results.csv'}: 6 jobs" in text

@@ -11,11 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jupytext
 import pytest
-from nbclient import NotebookClient
 
 from harness.results.latest import latest_sweep, matched_traced_jobs, repo_path
+from tests.notebooks import run_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,10 +67,8 @@ def test_trace_notebook_runs_from_notebooks_dir_with_root_relative_paths(
 ) -> None:
     monkeypatch.setenv("TRACE_JOB_DIR", os.pathsep.join(jobs_in_the_repo))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    nb = jupytext.read(ROOT / "notebooks/trace_inspection.py")
-    NotebookClient(  # the working directory jupytext --execute gives: the notebook's folder
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": ROOT / "notebooks"}}
-    ).execute()
+    # the working directory jupytext --execute gives: the notebook's folder
+    nb = run_notebook(ROOT / "notebooks/trace_inspection.py", ROOT / "notebooks")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs)
 

@@ -6,13 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jupytext
 import pytest
-from nbclient import NotebookClient
 
 from harness.jobdir.result import read_result
 from harness.trace import summarize_job
 from harness.trace.__main__ import main
+from tests.notebooks import run_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,10 +87,7 @@ def test_cli_timeline_module_entry(cpu_jobs, tmp_path):
 def test_notebook_runs(cpu_jobs, monkeypatch):
     monkeypatch.setenv("TRACE_JOB_DIR", os.pathsep.join(map(str, cpu_jobs.values())))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    nb = jupytext.read(ROOT / "notebooks/trace_inspection.py")
-    NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": ROOT}}
-    ).execute()
+    nb = run_notebook(ROOT / "notebooks/trace_inspection.py", ROOT)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "".join(str(o.get("data", {}).get("text/plain", "")) for o in outputs)
     assert "toy per-layer async all-reduce" in text and "overlap_pct" in text

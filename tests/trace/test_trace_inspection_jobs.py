@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import jupytext
 import pytest
-from nbclient import NotebookClient
 
+from tests.notebooks import run_notebook
 from tests.trace.test_trace_why import _job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +20,7 @@ def test_three_runs_of_one_engine_are_three_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACE_JOB_DIR", os.pathsep.join(map(str, jobs)))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.delenv("SWEEP_DIR", raising=False)
-    nb = jupytext.read(ROOT / "notebooks/trace_inspection.py")
-    NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
+    nb = run_notebook(ROOT / "notebooks/trace_inspection.py", ROOT)
     overlap = next(c for c in nb.cells if "profiles = {" in c.source)
     text = "".join(str(o.get("data", {}).get("text/plain", "")) for o in overlap["outputs"])
     for r in range(3):
