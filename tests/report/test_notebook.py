@@ -42,10 +42,7 @@ def test_a_sweep_with_no_ok_job_says_so(tmp_path: Path, monkeypatch: pytest.Monk
 def test_sweep_notebook_runs_on_a_fixture_sweep(
     sweep: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SWEEP_DIR", str(sweep))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline
-    nb = run_notebook(NOTEBOOK, REPO)
+    nb = _execute(sweep, monkeypatch)
     text = outputs_text(nb.cells)
     assert (sweep / "results.csv").exists()  # built from the job directories on the way
     assert f"{sweep / 'results.csv'}: 6 jobs" in text
