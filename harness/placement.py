@@ -5,17 +5,40 @@ The planner resolves a job's `auto` by the same rule, so it plans what the rank 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from harness.config import JobConfig
+
+if TYPE_CHECKING:
+    import torch
+
+# What a GPU is reached through: NVIDIA's driver, ROCm's, WSL's. Where none exists, torch
+# sees no GPU.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_driver_present() -> bool:
+    return any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
+def cuda_available() -> bool:
+    """`torch.cuda.is_available()`. A process that has not imported torch (the sweep
+    runner: 1.5 s of its start) is answered without it where no GPU driver is present."""
+    if sys.modules.get("torch") is None and not gpu_driver_present():
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on the CPU, whose ops are synchronous)."""
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
 
 
@@ -35,12 +58,14 @@ def resolve_backend(backend: str, device_type: str) -> str:
 
 def resolved(cfg: JobConfig) -> JobConfig:
     """`cfg` with its device and backend as a rank on this machine resolves them."""
-    return placed(cfg, torch.device(device_type(cfg.device, torch.cuda.is_available())))
+    return placed(cfg, device_type(cfg.device, cuda_available()))
 
 
-def placed(cfg: JobConfig, device: torch.device) -> JobConfig:
-    """`cfg` as a rank on `device` runs it: the device's type, the backend for it."""
-    return replace(cfg, device=device.type, backend=resolve_backend(cfg.backend, device.type))
+def placed(cfg: JobConfig, device: torch.device | str) -> JobConfig:
+    """`cfg` as a rank on `device` (or a device type) runs it: the device's type, the
+    backend for it."""
+    kind = device if isinstance(device, str) else device.type
+    return replace(cfg, device=kind, backend=resolve_backend(cfg.backend, kind))
 
 
 def cuda_index(backend: str, local_rank: int, device_count: int) -> int:
@@ -76,6 +101,8 @@ class Placement:
     def of_rank(cls, cfg: JobConfig, env: Mapping[str, str] = os.environ) -> Placement:
         """The placement of the rank that `env` describes (RANK, WORLD_SIZE, LOCAL_*);
         binds the rank to its GPU and sets its CPU threads."""
+        import torch
+
         rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
         local_rank = int(env.get("LOCAL_RANK", 0))
         local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))

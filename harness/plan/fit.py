@@ -123,14 +123,12 @@ def job_prediction(cfg: JobConfig, device: str | None = None) -> Prediction:
     job with a time prediction, also why each baseline at its point is predicted slower.
     `device`: the device type of ranks that run elsewhere (a SLURM job's), in place of this
     machine's. Never raises: a prediction must never cost a measurement."""
-    import torch
-
     from harness.engines.registry import BASELINES, ENGINES
     from harness.placement import placed, resolved
     from harness.plan.planner import add_speedups, plan_row
 
     try:
-        ran = resolved(cfg) if device is None else placed(cfg, torch.device(device))
+        ran = resolved(cfg) if device is None else placed(cfg, device)
         budget, source = _budget(ran)
         row = plan_row(ran)
         if ran.engine.name == "yafsdp" and row.time is not None:

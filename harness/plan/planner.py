@@ -179,19 +179,21 @@ def device_memory_bytes(cfg: JobConfig, device: Any = None) -> int:
     not 80 GiB free) and what the device has free now, less `BUILD_MARGIN_BYTES`.
     Elsewhere: `device_memory_gb` where set; else, where the job runs on a GPU, that GPU's
     free memory; else this machine's RAM."""
-    import torch
-
     profile = int(cfg.device_memory_gb * GIB) if cfg.device_memory_gb > 0 else None
     if device is not None and getattr(device, "type", "") == "cuda":
+        import torch
+
         free = int(torch.cuda.mem_get_info(device)[0]) - BUILD_MARGIN_BYTES
         return min(free, profile) if profile is not None else free
     if profile is not None:
         return profile
     import os
 
-    from harness.placement import resolved
+    from harness.placement import cuda_available, resolved
 
-    if device is None and resolved(cfg).device == "cuda" and torch.cuda.is_available():
+    if device is None and resolved(cfg).device == "cuda" and cuda_available():
+        import torch
+
         return int(torch.cuda.mem_get_info(device)[0])
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 

@@ -15,7 +15,6 @@ from harness.jobdir.grid_point import MATCH_COLUMNS, REPEAT_COLUMN, GridPoint
 from harness.jobdir.result import write_json_atomic
 from harness.models.shapes import MODEL_SHAPES
 from harness.trace.parse import TraceError
-from harness.trace.timeline import plot_timeline
 
 TIMELINE_DIR = "timelines"  # <sweep>/timelines/: one picture per grid point
 TIMELINE_INDEX = "index.json"  # which grid point each picture shows
@@ -96,6 +95,8 @@ def draw_sweep_timelines(sweep_dir: Path | str, df: pd.DataFrame) -> list[Path]:
     names = timeline_names(sorted(jobs, key=table_order))
     written, drawn = [], {}
     for point, name in names.items():
+        from harness.trace.timeline import plot_timeline  # matplotlib: only for a picture
+
         by_engine = sorted(jobs[point], key=lambda job: (engine_order(job[0]), job[1]))
         job_dirs = [sweep_dir / job_dir for _, job_dir in by_engine]  # yafsdp first
         try:

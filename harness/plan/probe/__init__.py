@@ -19,6 +19,8 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +133,12 @@ class DiskCache:
         self.kind, self.version, self.sources = kind, version, sources
 
     def path(self) -> Path:
-        import torch
-
-        from harness.models import llama
-
-        files = [llama.__file__, __file__, *self.sources]
-        data = b"".join(Path(f).read_bytes() for f in files) + torch.__version__.encode()
+        # The model's source and torch's release, both found without importing torch (a
+        # cache hit then costs none).
+        model = find_spec("harness.models.llama")
+        assert model is not None and model.origin is not None
+        files = [model.origin, __file__, *self.sources]
+        data = b"".join(Path(f).read_bytes() for f in files) + _torch_release().encode()
         digest = hashlib.sha256(data).hexdigest()[:16]
         root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         return root / "yafsdp-bench" / f"{self.kind}-v{self.version}-{digest}.json"
@@ -158,6 +160,16 @@ class DiskCache:
         except OSError:
             pass  # a read-only home: probe again next time
         return value
+
+
+def _torch_release() -> str:
+    """torch's version, from its package metadata (without importing torch) where it has any."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:  # a source tree on the path: ask torch itself
+        import torch
+
+        return torch.__version__
 
 
 def _read(path: Path) -> dict[str, Any]:
