@@ -75,6 +75,16 @@ def _boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+def _seen(stray: subprocess.Popen, recorded: str) -> str:
+    """What the stray check saw: the record, and the recorded leader as it is now."""
+    try:
+        stat = Path(f"/proc/{stray.pid}/stat").read_text()
+        cmdline = Path(f"/proc/{stray.pid}/cmdline").read_bytes()
+    except OSError as e:
+        stat, cmdline = f"unreadable: {e}", b""
+    return f"exit code {stray.poll()}; recorded {recorded}; now stat {stat!r}, cmdline {cmdline!r}"
+
+
 def _stop(proc: subprocess.Popen) -> None:
     proc.kill()
     proc.wait()
@@ -86,8 +96,9 @@ def test_a_rerun_ends_an_earlier_attempt_still_running(tmp_path: Path) -> None:
     stray = _launcher_like(tmp_path)  # left by a runner that died
     try:
         record_attempt(tmp_path, stray.pid)
+        recorded = (tmp_path / ATTEMPT_FILE).read_text()
         said = end_stray_attempt(tmp_path)
-        assert said is not None and f"process group {stray.pid}" in said
+        assert said is not None and f"process group {stray.pid}" in said, _seen(stray, recorded)
         assert stray.wait(timeout=10) == -signal.SIGKILL
         assert not (tmp_path / ATTEMPT_FILE).exists()
         assert end_stray_attempt(tmp_path) is None  # nothing left: nothing to say
