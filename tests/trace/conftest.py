@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.trace.profiled_jobs import PROFILED_ENGINES, profiled_tiny_jobs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -18,3 +20,9 @@ def cpu_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         check=True, env=env, timeout=300, capture_output=True,
     )  # fmt: skip
     return {name: out / name for name in ("blocking", "overlapped")}
+
+
+@pytest.fixture(scope="session")
+def profiled_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One real profiled llama_tiny job per engine of PROFILED_ENGINES, made once."""
+    return profiled_tiny_jobs(tmp_path_factory.mktemp("profiled_jobs"), PROFILED_ENGINES)

@@ -8,15 +8,16 @@ import pytest
 
 from harness.trace.__main__ import main
 from harness.trace.cache import job_profile
-from tests.trace.profiled_jobs import profiled_tiny_jobs
+from tests.trace.profiled_jobs import PROFILED_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("fsdp2", "fsdp2_tuned")
+WORKER_GROUP = PROFILED_GROUP  # the session's profiled jobs are made once
 
 
 @pytest.fixture(scope="module")
-def real_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return profiled_tiny_jobs(tmp_path_factory.mktemp("real_jobs"), ENGINES)
+def real_jobs(profiled_jobs: dict[str, Path]) -> dict[str, Path]:
+    return {engine: profiled_jobs[engine] for engine in ENGINES}
 
 
 @pytest.mark.slow
