@@ -19,7 +19,7 @@ def test_each_engine_is_drawn_once_from_its_first_run(
         drawn.append([p.name for p in job_dirs])
         return out
 
-    monkeypatch.setattr(timelines, "plot_timeline", plot)
+    monkeypatch.setattr("harness.trace.timeline.plot_timeline", plot)
     point = dict(model="llama_tiny", gpus=2, seq_len=128, ckpt_layers=0, micro_batch=1,
                  grad_accum=1, dtype="fp32", seed=0, model_impl="native")  # fmt: skip
     rows = [

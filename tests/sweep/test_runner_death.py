@@ -58,10 +58,23 @@ def test_the_ranks_die_with_a_killed_runner(tmp_path: Path) -> None:
 def _launcher_like(job_dir: Path) -> subprocess.Popen:
     """A process group led by what looks like this job's rank launcher (its command line
     names the module and the job directory, as `python -m harness.job.launch <dir>`)."""
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)", "harness.job.launch", str(job_dir)],
         start_new_session=True,
     )
+    # Popen can return while the kernel still sets the new program up: its command line
+    # reads empty for that moment (seen under load). A launcher a rerun finds has long run.
+    deadline = time.monotonic() + 30
+    while b"harness.job.launch" not in _cmdline(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _record(job_dir: Path, pgid: int, **fields: object) -> None:
@@ -79,9 +92,9 @@ def _seen(stray: subprocess.Popen, recorded: str) -> str:
     """What the stray check saw: the record, and the recorded leader as it is now."""
     try:
         stat = Path(f"/proc/{stray.pid}/stat").read_text()
-        cmdline = Path(f"/proc/{stray.pid}/cmdline").read_bytes()
     except OSError as e:
-        stat, cmdline = f"unreadable: {e}", b""
+        stat = f"unreadable: {e}"
+    cmdline = _cmdline(stray.pid)
     return f"exit code {stray.poll()}; recorded {recorded}; now stat {stat!r}, cmdline {cmdline!r}"
 
 

@@ -51,7 +51,7 @@ def test_sweep_pictures_put_yafsdp_first_and_points_in_table_order(monkeypatch, 
         drawn.append((out.name, [d.name for d in job_dirs]))
         return out
 
-    monkeypatch.setattr(timelines, "plot_timeline", plot)
+    monkeypatch.setattr("harness.trace.timeline.plot_timeline", plot)
     rows = [
         {"model": m, "gpus": 2, "seq_len": s, "ckpt_layers": 0, "micro_batch": 1,
          "grad_accum": 1, "dtype": "fp32", "seed": 0, "model_impl": "native", "engine": e,
