@@ -111,12 +111,17 @@ def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return sorted(items, key=lambda item: rank.get(group_of(item), len(rank)))
 
 
+# Session fixtures that start jobs: the tests that use one run in one worker (its group).
+SHARED_SESSION_FIXTURES = ("cpu_jobs", "profiled_jobs")
+
+
 def _worker_group(item: pytest.Function) -> str:
     """The xdist group a test runs in: what it shares with other tests, else its module."""
     if item.get_closest_marker("slurm"):
         return "slurm"  # one 2-CPU node: two workers' jobs would queue behind each other
-    if "cpu_jobs" in getattr(item, "fixturenames", ()):
-        return "cpu_jobs"  # a session fixture, built once per worker that asks for it
+    for fixture in SHARED_SESSION_FIXTURES:  # built once per worker that asks for it
+        if fixture in getattr(item, "fixturenames", ()):
+            return fixture
     shared = getattr(item.module, "WORKER_GROUP", None)
     if shared:
         return str(shared)  # a module that reads another's cached runs names that module

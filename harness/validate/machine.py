@@ -8,11 +8,10 @@ is checked like the run it stands for.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 
 from harness.config import JobConfig
-from harness.placement import gpu_driver_present
+from harness.placement import no_gpu_known_without_torch
 
 # A CPU rank holds at least this much: the smallest peak RSS of a rank in the committed
 # CPU demo (reports/cpu_demo/results.csv, llama_tiny: 380 MiB); larger models hold more.
@@ -49,8 +48,8 @@ def this_machine(cfg: JobConfig) -> Machine:
 def _gpus(cfg: JobConfig) -> int | None:
     if cfg.device == "cpu":
         return None
-    if sys.modules.get("torch") is None and not gpu_driver_present():
-        return 0  # torch would count none: not worth its import (1.5 s of a runner's start)
+    if no_gpu_known_without_torch():
+        return 0  # torch would count none
     try:
         import torch
     except ImportError:

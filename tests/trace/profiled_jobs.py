@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The engines of the session's `profiled_jobs` (tests/trace/conftest.py). The modules that
-# read them name PROFILED_GROUP as their WORKER_GROUP, so that one worker makes them.
+# The engines of the session's `profiled_jobs` (tests/trace/conftest.py).
 PROFILED_ENGINES = ("yafsdp", "fsdp2", "fsdp2_tuned")
-PROFILED_GROUP = "profiled_jobs"
 
 
 def profiled_tiny_jobs(out: Path, engines: tuple[str, ...]) -> dict[str, Path]:

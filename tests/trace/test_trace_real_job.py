@@ -8,11 +8,9 @@ import pytest
 
 from harness.trace.__main__ import main
 from harness.trace.cache import job_profile
-from tests.trace.profiled_jobs import PROFILED_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("fsdp2", "fsdp2_tuned")
-WORKER_GROUP = PROFILED_GROUP  # the session's profiled jobs are made once
 
 
 @pytest.fixture(scope="module")

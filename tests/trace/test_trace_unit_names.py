@@ -26,7 +26,6 @@ from harness.trace.diagnose.attribute import StepAttribution
 from harness.trace.jobs import job_units_of, why
 from tests.plan.engine_capture import job
 from tests.plan.planned import program
-from tests.trace.profiled_jobs import PROFILED_GROUP
 from tests.trace.synthetic import Kernel, nccl, write_gpu_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +95,6 @@ def test_why_names_a_unit_alike_in_an_old_yafsdp_trace_and_an_fsdp2_one(tmp_path
 # ---- one model, planned and run under yafsdp and FSDP2 -----------------------------------
 
 ENGINES = ("yafsdp", "fsdp2")
-WORKER_GROUP = PROFILED_GROUP  # the session's profiled jobs are made once
 N_LAYERS = get_shape("llama_tiny").n_layers
 MODEL_UNITS = set(unit_names(N_LAYERS))  # tok_embeddings, layers.0, ..., output
 NOT_MODULES = {"resident", "clip", "shards", "engine", "all", ""}  # the engines' own
