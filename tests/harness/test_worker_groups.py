@@ -14,7 +14,7 @@ from tests.conftest import LONGEST_FIRST, longest_first
 
 
 def test_under_loadgroup_a_test_carries_its_modules_group(request: pytest.FixtureRequest) -> None:
-    if not request.config.getvalue("loadgroup"):
+    if not getattr(request.config.option, "loadgroup", False):  # set by xdist under -n
         pytest.skip("groups apply under `pytest -n N --dist loadgroup` (make test)")
     assert request.node.nodeid.endswith("@" + __name__), request.node.nodeid
 
